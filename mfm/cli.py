@@ -1,0 +1,68 @@
+"""The ``mfm`` command line: validate runs, start the dashboard, run the agent."""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Print every problem of each run with file:line; exit 1 if any is an error."""
+    from mfm.validate import validate
+
+    worst = 0
+    for run in args.runs:
+        c = validate(Path(run), frames=args.frames)
+        errors = len(c.errors)
+        warnings = len(c.problems) - errors
+        for p in c.problems:
+            print(f"{run}/{p}")
+        counts = ", ".join(f"{len(v)} {k.split('.')[0]}" for k, v in c.tables.items() if v)
+        verdict = "INVALID" if errors else "valid"
+        print(f"{run}: {verdict}: {errors} error(s), {warnings} warning(s){'; ' + counts if counts else ''}")
+        worst = max(worst, 1 if errors else 0)
+    return worst
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Start the Streamlit dashboard on a runs root."""
+    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    if not app.is_file():
+        import dashboard
+
+        app = Path(dashboard.__file__).resolve().parent / "app.py"
+    root = Path(args.root).resolve()
+    if not root.is_dir():
+        print(f"mfm dashboard: runs root {root} is not a folder", file=sys.stderr)
+        return 2
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port),
+           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--", "--root", str(root)]
+    env = dict(os.environ, MFM_RUNS_ROOT=str(root))
+    return subprocess.call(cmd, env=env)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mfm", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("validate", help="check run directories against the format spec")
+    v.add_argument("runs", nargs="+", help="run directories")
+    v.add_argument("--frames", action="store_true", help="also decode every frame strip")
+    v.set_defaults(func=cmd_validate)
+
+    d = sub.add_parser("dashboard", help="start the dashboard")
+    d.add_argument("root", nargs="?", default="sample_runs", help="runs root (default: sample_runs)")
+    d.add_argument("--port", type=int, default=8501)
+    d.set_defaults(func=cmd_dashboard)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

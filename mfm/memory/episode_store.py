@@ -1,0 +1,117 @@
+"""Episodic memory: each interaction interval with its lossless frames, states, action, outcome.
+
+An episode is recorded in memory while it runs and written once, whole, when it is
+finalized; a finished episode is never rewritten. Its files (MFM layout):
+``episodes/ep_NNNNNN/{observation/image.png, state/state.json, action.json, outcome.json}``
+plus our per-step frames, ``frames/NNNNN.png``: vertical strips of up to
+``FRAMES_PER_CHUNK`` frames, so one step's frame is read by decoding one small PNG.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from mfm.schema import FRAMES_PER_CHUNK, IndexRow, StepRow, episode_id, frame_chunk
+
+Image.MAX_IMAGE_PIXELS = 64_000_000
+
+
+def encode_png(arr: np.ndarray) -> bytes:
+    """Lossless PNG bytes of an HxWx3 uint8 array."""
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(arr, dtype=np.uint8)).save(buf, format="PNG", compress_level=6)
+    return buf.getvalue()
+
+
+def frame_hash(frame: np.ndarray) -> str:
+    """A short content hash of a frame (the index's ``observation_hash``)."""
+    return hashlib.blake2b(np.ascontiguousarray(frame).tobytes(), digest_size=8).hexdigest()
+
+
+def _dump(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+@dataclass
+class EpisodeRecording:
+    """An episode in flight: what it did so far. Nothing of it is on disk yet."""
+
+    number: int
+    kind: str
+    life: int
+    turn: int | None
+    action_kind: str | None
+    first_step: int
+    action: dict
+    frames: list[np.ndarray] = field(default_factory=list)
+    steps: list[StepRow] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return episode_id(self.number)
+
+    @property
+    def path(self) -> str:
+        return f"episodes/{self.id}"
+
+    def add_step(self, frame: np.ndarray | None, row: StepRow) -> None:
+        """Record one env step: its frame (the observation after the action) and trace row."""
+        if frame is not None:
+            self.frames.append(np.asarray(frame, dtype=np.uint8))
+        self.steps.append(row)
+
+    @property
+    def last_step(self) -> int:
+        return self.steps[-1].step if self.steps else self.first_step
+
+
+class EpisodeStore:
+    """Writes finished episodes under ``run_dir/episodes``. Append-only: one id, one write."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.root = run_dir
+        (run_dir / "episodes").mkdir(parents=True, exist_ok=True)
+        existing = [p.name for p in (run_dir / "episodes").iterdir() if p.name.startswith("ep_")]
+        self._next = max((int(n[3:]) for n in existing if n[3:].isdigit()), default=-1) + 1
+
+    def begin(self, *, kind: str, life: int, turn: int | None, action_kind: str | None,
+              first_step: int, action: dict) -> EpisodeRecording:
+        """Open a new episode; it gets the next id."""
+        rec = EpisodeRecording(self._next, kind, life, turn, action_kind, first_step, dict(action))
+        self._next += 1
+        return rec
+
+    def finalize(self, rec: EpisodeRecording, *, observation: np.ndarray, state: dict, outcome: dict,
+                 summary: str, tags: list[str], events: list[str], x: float | None, y: float | None,
+                 outcome_label: str | None, note: str | None = None) -> IndexRow:
+        """Write the episode's files and return its index row (the caller appends it last)."""
+        ep_dir = self.root / rec.path
+        if ep_dir.exists() and (ep_dir / "outcome.json").exists():
+            raise FileExistsError(f"{rec.path} is already finalized; finished episodes are never rewritten")
+        (ep_dir / "observation").mkdir(parents=True, exist_ok=True)
+        (ep_dir / "state").mkdir(exist_ok=True)
+        for start in range(0, len(rec.frames), FRAMES_PER_CHUNK):
+            chunk_path, _ = frame_chunk(rec.path, start)
+            strip = np.concatenate(rec.frames[start:start + FRAMES_PER_CHUNK], axis=0)
+            (self.root / chunk_path).parent.mkdir(exist_ok=True)
+            (self.root / chunk_path).write_bytes(encode_png(strip))
+        (ep_dir / "observation" / "image.png").write_bytes(encode_png(observation))
+        (ep_dir / "state" / "state.json").write_bytes(_dump(state))
+        action = {"turn": rec.turn, "first_step": rec.first_step, **rec.action}
+        (ep_dir / "action.json").write_bytes(_dump(action))
+        full_outcome = {"last_step": rec.last_step, "tags": tags, "events": events, **outcome}
+        (ep_dir / "outcome.json").write_bytes(_dump(full_outcome))
+        return IndexRow(
+            id=rec.id, kind=rec.kind, action_kind=rec.action_kind, first_step=rec.first_step,
+            last_step=rec.last_step, summary=summary, tags=tuple(tags), x=x, y=y, path=rec.path,
+            image=f"{rec.path}/observation/image.png", life=rec.life, turn=rec.turn,
+            events=tuple(events), outcome=outcome_label, note=note,
+            observation_hash=frame_hash(observation), frames=len(rec.frames),
+        )

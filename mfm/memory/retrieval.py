@@ -1,0 +1,155 @@
+"""Retrieval and inspection: filter the index, select references, load records and frames.
+
+Plain functions over a run directory, used by the agent (to recover details the index
+cues leave out) and by the dashboard (to show them). Nothing here writes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from PIL import Image
+
+from mfm.memory.index import EpisodeIndex, IndexQuery
+from mfm.schema import FRAMES_PER_CHUNK, IndexRow, frame_chunk
+
+
+class FrameError(ValueError):
+    """A frame that cannot be read; the message names the file and why."""
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """An episode's stored records, loaded on demand from its folder."""
+
+    ref: IndexRow
+    state: dict | None
+    action: dict | None
+    outcome: dict | None
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        obj = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def search(index: EpisodeIndex, **predicates: Any) -> list[IndexRow]:
+    """Filter the index (see :class:`~mfm.memory.index.IndexQuery`) and return references."""
+    return index.query(IndexQuery(**predicates))
+
+
+def load_episode(run_dir: Path, ref: IndexRow) -> EpisodeRecord:
+    """The state, action and outcome records of a referenced episode (None where missing)."""
+    base = run_dir / ref.path
+    return EpisodeRecord(ref, _read_json(base / "state" / "state.json"), _read_json(base / "action.json"),
+                         _read_json(base / "outcome.json"))
+
+
+def read_png(path: Path) -> np.ndarray:
+    """Decode a PNG to an HxWx3 uint8 array; raise FrameError naming the file on failure."""
+    return _read_png_cached(str(path), _mtime(path))
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1
+
+
+@lru_cache(maxsize=256)
+def _read_png_cached(path: str, mtime: float) -> np.ndarray:
+    try:
+        with Image.open(path) as im:
+            if im.width * im.height > 16_000_000:
+                raise FrameError(f"{path}: image of {im.width}x{im.height} pixels is too large, not decoded")
+            arr = np.asarray(im.convert("RGB"))
+    except FileNotFoundError:
+        raise FrameError(f"{path}: missing") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise FrameError(f"{path}: not a readable image ({e})") from None
+    arr.setflags(write=False)
+    return arr
+
+
+def observation(run_dir: Path, ref: IndexRow) -> np.ndarray:
+    """The frame recorded when the episode ended (``observation/image.png``)."""
+    if not ref.image:
+        raise FrameError(f"{ref.id}: the index names no observation image")
+    return read_png(run_dir / ref.image)
+
+
+def episode_frame(run_dir: Path, ref: IndexRow, i: int, size: int | None = None) -> np.ndarray:
+    """The ``i``-th per-step frame of an episode (step ``first_step + 1 + i``)."""
+    if not 0 <= i < ref.frames:
+        raise FrameError(f"{ref.id}: frame {i} out of range (it has {ref.frames})")
+    chunk, row = frame_chunk(ref.path, i)
+    strip = read_png(run_dir / chunk)
+    h = size or strip.shape[1]
+    expected = min(FRAMES_PER_CHUNK, ref.frames - (i - row))
+    if strip.shape[0] != expected * h:
+        raise FrameError(f"{chunk}: strip is {strip.shape[0]} px high, expected {expected} frames of {h} px")
+    return strip[row * h:(row + 1) * h]
+
+
+def frame_at(run_dir: Path, index: EpisodeIndex, step: int) -> np.ndarray:
+    """The frame of env step ``step`` (the observation after that step's action)."""
+    ref = index.episode_at(step)
+    if ref is None:
+        raise FrameError(f"no stored frame for step {step}")
+    return episode_frame(run_dir, ref, step - ref.first_step - 1)
+
+
+def crop(frame: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    """Pixels ``[y0:y1, x0:x1]`` for ``box = (x0, y0, x1, y1)``, clipped to the frame."""
+    x0, y0, x1, y1 = box
+    h, w = frame.shape[:2]
+    x0, x1 = max(0, min(w, x0)), max(0, min(w, x1))
+    y0, y1 = max(0, min(h, y0)), max(0, min(h, y1))
+    if x1 <= x0 or y1 <= y0:
+        raise ValueError(f"crop box {box} is empty inside a {w}x{h} frame")
+    return frame[y0:y1, x0:x1]
+
+
+def crop_tiles(frame: np.ndarray, cols: tuple[int, int], rows: tuple[int, int], grid: int = 9) -> np.ndarray:
+    """Crop whole tiles of a Crafter-style frame: columns and rows as half-open tile ranges."""
+    t = frame.shape[1] // grid
+    return crop(frame, (cols[0] * t, rows[0] * t, cols[1] * t, rows[1] * t))
+
+
+def enlarge(frame: np.ndarray, factor: int) -> np.ndarray:
+    """Nearest-neighbour magnification, so pixel art stays crisp."""
+    if factor < 1:
+        raise ValueError("factor must be at least 1")
+    return np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1)
+
+
+def compare(frames: Sequence[np.ndarray], gap: int = 2) -> np.ndarray:
+    """Frames side by side (padded to the tallest), separated by a white gap."""
+    if not frames:
+        raise ValueError("nothing to compare")
+    h = max(f.shape[0] for f in frames)
+    parts: list[np.ndarray] = []
+    for i, f in enumerate(frames):
+        if i:
+            parts.append(np.full((h, gap, 3), 255, np.uint8))
+        pad = np.zeros((h - f.shape[0], f.shape[1], 3), np.uint8)
+        parts.append(np.concatenate([f, pad], axis=0) if len(pad) else f)
+    return np.concatenate(parts, axis=1)
+
+
+def difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A mask image of the pixels that differ between two frames of the same size."""
+    if a.shape != b.shape:
+        raise ValueError(f"frames differ in size: {a.shape} vs {b.shape}")
+    mask = np.any(a != b, axis=-1)
+    out = (a // 3).copy()
+    out[mask] = (255, 0, 255)
+    return out

@@ -1,0 +1,547 @@
+"""Run-directory format v1: typed records, frozen field order, tolerant readers.
+
+This module is the single definition of the on-disk format. The writer (``mfm.memory``),
+the loaders (``loaders``) and the validator (``mfm.validate``) all use it, and it imports
+nothing else from the project. The prose spec is ``docs/run-format.md``.
+
+Version rule: ``SCHEMA_VERSION`` is ``MAJOR.MINOR``. A minor bump only adds optional fields
+or files (old readers ignore what they do not know); a major bump changes or removes
+something. Readers open any run of the same major version, warn on a newer minor one and
+refuse a newer major one with a clear message.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_MAJOR, SCHEMA_MINOR = (int(p) for p in SCHEMA_VERSION.split("."))
+
+EPISODE_ID = re.compile(r"^ep_\d{6,}$")
+MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_COORD = 1e7
+FRAMES_PER_CHUNK = 64
+
+RUN_STATUSES = ("running", "finished", "interrupted", "crashed")
+EPISODE_KINDS = ("initial", "episode")
+OUTCOMES = ("done", "failed", "interrupted")
+GRID_KINDS = ("walked", "placed", "opened", "blocked", "hazard", "water")
+LIFE_EVENTS = ("death", "respawn")
+MEMORY_OPS = ("create", "edit", "append", "disable", "delete")
+TOOLS = ("search", "inspect", "read", "write", "procedure", "atom", "consolidate", "model")
+
+
+def episode_id(n: int) -> str:
+    """The id of the n-th episode of a run (``ep_000123``)."""
+    return f"ep_{n:06d}"
+
+
+def episode_number(ep_id: str) -> int:
+    """Inverse of :func:`episode_id`."""
+    return int(ep_id[3:])
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a run, located by file and line (line 0: the whole file)."""
+
+    file: str
+    line: int
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.severity}: {self.message}"
+
+
+class SchemaError(ValueError):
+    """A value does not match the format; the message says which field and why."""
+
+
+def _finite(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SchemaError(f"{name} must be a number, got {type(v).__name__}")
+    if not math.isfinite(v) or abs(v) > MAX_COORD:
+        raise SchemaError(f"{name} must be finite and within ±{MAX_COORD:g}, got {v!r}")
+    return v
+
+
+def _check(name: str, kind: str, v: Any) -> Any:
+    """Check one value against a field kind; return the normalised value."""
+    optional = kind.endswith("?")
+    if optional:
+        if v is None:
+            return None
+        kind = kind[:-1]
+    if kind == "int":
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, float) and v.is_integer():
+                return int(v)
+            raise SchemaError(f"{name} must be an integer, got {v!r}")
+        if v < 0:
+            raise SchemaError(f"{name} must not be negative, got {v}")
+        return v
+    if kind == "num":
+        return _finite(name, v)
+    if kind == "str":
+        if not isinstance(v, str):
+            raise SchemaError(f"{name} must be a string, got {type(v).__name__}")
+        return v
+    if kind == "bool":
+        if not isinstance(v, bool):
+            raise SchemaError(f"{name} must be true or false, got {v!r}")
+        return v
+    if kind == "strs":
+        if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+            raise SchemaError(f"{name} must be a list of strings")
+        return tuple(v)
+    if kind == "list":
+        if not isinstance(v, list):
+            raise SchemaError(f"{name} must be a list")
+        return tuple(v)
+    if kind == "dict":
+        if not isinstance(v, dict):
+            raise SchemaError(f"{name} must be an object")
+        return v
+    if kind == "cell":
+        if not isinstance(v, list) or len(v) not in (2, 3):
+            raise SchemaError(f"{name} must be [x, y] or [x, y, z]")
+        return tuple(int(_finite(f"{name}[{i}]", c)) for i, c in enumerate(v))
+    if kind == "vec2":
+        if not isinstance(v, list) or len(v) != 2:
+            raise SchemaError(f"{name} must be [dx, dy]")
+        return tuple(int(_finite(f"{name}[{i}]", c)) for i, c in enumerate(v))
+    if kind == "counts":
+        if not isinstance(v, dict) or not all(
+            isinstance(k, str) and isinstance(c, int) and not isinstance(c, bool) for k, c in v.items()
+        ):
+            raise SchemaError(f"{name} must map names to integers")
+        return v
+    raise AssertionError(f"unknown field kind {kind}")
+
+
+class Record:
+    """Base of every record: a frozen dataclass whose field order is the JSON key order.
+
+    ``KINDS`` names each field's kind (``int``, ``num``, ``str``, ``bool``, ``strs``,
+    ``list``, ``dict``, ``cell``, ``vec2``, ``counts``; a trailing ``?`` allows null).
+    ``CHOICES`` restricts string fields to a set of values. Fields with a default are
+    optional on read; optional fields whose value is None are left out on write.
+    """
+
+    KINDS: ClassVar[dict[str, str]] = {}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict in frozen field order."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if v is None and _has_default(f):
+                continue
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    def to_json(self) -> str:
+        """One JSON line (no newline), compact, non-ASCII kept."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> Any:
+        """Build a record from parsed JSON; raise SchemaError naming the bad field."""
+        if not isinstance(obj, dict):
+            raise SchemaError(f"expected a JSON object, got {type(obj).__name__}")
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name not in obj or obj[f.name] is None and _has_default(f):
+                if not _has_default(f):
+                    raise SchemaError(f"missing field '{f.name}'")
+                continue
+            v = _check(f.name, cls.KINDS[f.name], obj[f.name])
+            choices = cls.CHOICES.get(f.name)
+            if choices and v is not None and v not in choices:
+                raise SchemaError(f"{f.name} must be one of {', '.join(choices)}; got {v!r}")
+            kwargs[f.name] = v
+        rec = cls(**kwargs)
+        rec.check()
+        return rec
+
+    def check(self) -> None:
+        """Cross-field checks; raise SchemaError."""
+
+
+def _has_default(f: dataclasses.Field) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow(Record):
+    """``index.jsonl``: one searchable row per finished episode (MFM-compatible, D.1)."""
+
+    id: str
+    kind: str
+    action_kind: str | None
+    first_step: int
+    last_step: int
+    summary: str
+    tags: tuple[str, ...]
+    x: float | None
+    y: float | None
+    path: str
+    image: str | None
+    life: int = 0
+    turn: int | None = None
+    z: float | None = None
+    events: tuple[str, ...] = ()
+    outcome: str | None = None
+    note: str | None = None
+    observation_hash: str | None = None
+    frames: int = 0
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "id": "str", "kind": "str", "action_kind": "str?", "first_step": "int", "last_step": "int",
+        "summary": "str", "tags": "strs", "x": "num?", "y": "num?", "path": "str", "image": "str?",
+        "life": "int", "turn": "int?", "z": "num?", "events": "strs", "outcome": "str?",
+        "note": "str?", "observation_hash": "str?", "frames": "int",
+    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kind": EPISODE_KINDS, "outcome": OUTCOMES}
+
+    def check(self) -> None:
+        if not EPISODE_ID.match(self.id):
+            raise SchemaError(f"id must look like ep_000123, got {self.id!r}")
+        if self.last_step < self.first_step:
+            raise SchemaError(f"last_step {self.last_step} is before first_step {self.first_step}")
+        if self.frames > self.last_step - self.first_step:
+            raise SchemaError(f"frames {self.frames} exceeds the episode's {self.last_step - self.first_step} steps")
+
+
+@dataclass(frozen=True, slots=True)
+class GridRow(Record):
+    """``grid.jsonl``: one interacted cell (MFM-compatible, D.2)."""
+
+    cell: tuple[int, ...]
+    kind: str
+    step: int
+    life: int = 0
+    item: str | None = None
+    pose: dict | None = None
+    damage: float | None = None
+    cause: str | None = None
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "cell": "cell", "kind": "str", "step": "int", "life": "int", "item": "str?",
+        "pose": "dict?", "damage": "num?", "cause": "str?",
+    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kind": GRID_KINDS}
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow(Record):
+    """``steps.jsonl``: the per-step trace (ours). ``step`` is the env step after the action."""
+
+    step: int
+    life: int
+    episode: str
+    action: str
+    x: int
+    y: int
+    facing: tuple[int, int]
+    health: int
+    food: int
+    drink: int
+    energy: int
+    inventory: dict
+    reward: float
+    unlocked: tuple[str, ...] = ()
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "step": "int", "life": "int", "episode": "str", "action": "str", "x": "num", "y": "num",
+        "facing": "vec2", "health": "int", "food": "int", "drink": "int", "energy": "int",
+        "inventory": "counts", "reward": "num", "unlocked": "strs",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow(Record):
+    """``turns.jsonl``: one decision of the policy (ours).
+
+    ``calls`` items: ``{"tool": one of TOOLS, "args": {...}, "result": {...}}``.
+    ``targets`` items: ``{"kind": "go_to"|"look_at", "x", "y", "in_plan": bool}``: every
+    target the turn named, and whether the plan held it at that moment.
+    ``plan_before``/``plan_after`` items: ``{"x", "y", "label"}``.
+    """
+
+    turn: int
+    life: int
+    first_step: int
+    last_step: int
+    policy: str
+    calls: tuple[dict, ...]
+    targets: tuple[dict, ...]
+    plan_before: tuple[dict, ...]
+    plan_after: tuple[dict, ...]
+    episodes: tuple[str, ...]
+    usage: dict | None = None
+    latency_s: float | None = None
+    note: str | None = None
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "turn": "int", "life": "int", "first_step": "int", "last_step": "int", "policy": "str",
+        "calls": "list", "targets": "list", "plan_before": "list", "plan_after": "list",
+        "episodes": "strs", "usage": "dict?", "latency_s": "num?", "note": "str?",
+    }
+
+    def check(self) -> None:
+        for i, c in enumerate(self.calls):
+            if not isinstance(c, dict) or c.get("tool") not in TOOLS:
+                raise SchemaError(f"calls[{i}].tool must be one of {', '.join(TOOLS)}")
+        for i, t in enumerate(self.targets):
+            if not isinstance(t, dict) or t.get("kind") not in ("go_to", "look_at"):
+                raise SchemaError(f"targets[{i}].kind must be go_to or look_at")
+            _finite(f"targets[{i}].x", t.get("x"))
+            _finite(f"targets[{i}].y", t.get("y"))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryWrite(Record):
+    """``memory_writes.jsonl``: one write to ``mine/`` with its provenance (ours).
+
+    ``diff`` turns the previous version into this one: a list of ``[start, end, lines]``
+    hunks, each replacing old lines ``start:end`` with ``lines``, in ascending order.
+    ``snapshot`` holds the whole new content (always on create, and every few writes),
+    so a damaged diff only affects the versions up to the next snapshot.
+    """
+
+    seq: int
+    turn: int | None
+    step: int
+    life: int
+    path: str
+    op: str
+    author: str
+    reason: str
+    sources: tuple[str, ...]
+    time: str
+    sha256: str
+    diff: tuple | None = None
+    snapshot: str | None = None
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "seq": "int", "turn": "int?", "step": "int", "life": "int", "path": "str", "op": "str",
+        "author": "str", "reason": "str", "sources": "strs", "time": "str", "sha256": "str",
+        "diff": "list?", "snapshot": "str?",
+    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"op": MEMORY_OPS}
+
+    def check(self) -> None:
+        if not self.path.startswith("mine/") or ".." in Path(self.path).parts:
+            raise SchemaError(f"path must stay under mine/, got {self.path!r}")
+        if self.diff is None and self.snapshot is None and self.op != "delete":
+            raise SchemaError("a write needs a diff or a snapshot")
+        for s in self.sources:
+            if not EPISODE_ID.match(s):
+                raise SchemaError(f"source {s!r} is not an episode id")
+
+
+@dataclass(frozen=True, slots=True)
+class MilestoneRow(Record):
+    """``milestones.jsonl``: a milestone reached for the first time (ours)."""
+
+    name: str
+    step: int
+    life: int
+    episode: str | None = None
+    turn: int | None = None
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "name": "str", "step": "int", "life": "int", "episode": "str?", "turn": "int?",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class LifeEvent(Record):
+    """``lives.jsonl``: a death or a respawn (ours)."""
+
+    event: str
+    life: int
+    step: int
+    x: float | None = None
+    y: float | None = None
+    cause: str | None = None
+    episode: str | None = None
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "event": "str", "life": "int", "step": "int", "x": "num?", "y": "num?",
+        "cause": "str?", "episode": "str?",
+    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"event": LIFE_EVENTS}
+
+
+@dataclass(frozen=True, slots=True)
+class RunManifest(Record):
+    """``run.json``: what the run is and how it stands (ours). Replaced atomically."""
+
+    schema_version: str
+    run_id: str
+    env: str
+    task: str
+    method: str
+    seed: int
+    step_budget: int
+    milestone_order: tuple[str, ...]
+    status: str
+    started_at: str
+    ablations: tuple[str, ...] = ()
+    milestones: dict = field(default_factory=dict)
+    ended_at: str | None = None
+    end_reason: str | None = None
+    last_step: int = 0
+    lives: int = 1
+    policy: str | None = None
+    package_version: str | None = None
+    command: str | None = None
+    config: dict = field(default_factory=dict)
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "schema_version": "str", "run_id": "str", "env": "str", "task": "str", "method": "str",
+        "seed": "int", "step_budget": "int", "milestone_order": "strs", "status": "str",
+        "started_at": "str", "ablations": "strs", "milestones": "counts", "ended_at": "str?",
+        "end_reason": "str?", "last_step": "int", "lives": "int", "policy": "str?",
+        "package_version": "str?", "command": "str?", "config": "dict",
+    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"status": RUN_STATUSES}
+
+
+TABLES: dict[str, type[Record]] = {
+    "index.jsonl": IndexRow,
+    "grid.jsonl": GridRow,
+    "steps.jsonl": StepRow,
+    "turns.jsonl": TurnRow,
+    "memory_writes.jsonl": MemoryWrite,
+    "milestones.jsonl": MilestoneRow,
+    "lives.jsonl": LifeEvent,
+}
+"""Every append-only table of a run directory and the record type of its lines."""
+
+MANIFEST = "run.json"
+LOGS = "logs.txt"
+MINE = "mine"
+
+
+def check_version(version: Any) -> tuple[str | None, str | None]:
+    """Return (error, warning) for a run's ``schema_version``."""
+    if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+", version):
+        return f"schema_version must look like '1.0', got {version!r}", None
+    major, minor = (int(p) for p in version.split("."))
+    if major > SCHEMA_MAJOR:
+        return (f"schema_version {version} is newer than this mfm reads ({SCHEMA_VERSION}); "
+                "upgrade mfm to open it"), None
+    if major < SCHEMA_MAJOR:
+        return f"schema_version {version} is older than format 1 and not supported", None
+    if minor > SCHEMA_MINOR:
+        return None, f"schema_version {version} is newer than {SCHEMA_VERSION}; unknown fields are ignored"
+    return None, None
+
+
+def iter_jsonl(path: Path, label: str | None = None) -> Iterator[tuple[int, Any, Problem | None]]:
+    """Yield ``(line_number, parsed_json_or_None, problem_or_None)`` for each non-blank line.
+
+    Never raises for bad content: undecodable bytes, broken JSON, a truncated last line or
+    an oversized line each give one Problem naming the file and line. A missing file
+    yields nothing.
+    """
+    name = label or path.name
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        yield 0, None, Problem(name, 0, f"cannot read: {e.strerror or e}")
+        return
+    with f:
+        lineno = 0
+        while True:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):
+                    raw = f.readline(MAX_LINE_BYTES)
+                yield lineno, None, Problem(name, lineno, f"line longer than {MAX_LINE_BYTES} bytes, skipped")
+                continue
+            complete = raw.endswith(b"\n")
+            text = raw.strip()
+            if not text:
+                continue
+            try:
+                obj = json.loads(text.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                yield lineno, None, Problem(name, lineno, f"not UTF-8 (byte {e.start}), skipped")
+                continue
+            except ValueError as e:
+                if not complete:
+                    yield lineno, None, Problem(name, lineno, "truncated last line (the writer stopped mid-line), skipped",
+                                                "warning")
+                else:
+                    yield lineno, None, Problem(name, lineno, f"not valid JSON ({e.msg} at column {e.colno}), skipped")
+                continue
+            yield lineno, obj, None
+
+
+def read_table(path: Path, rtype: type[Record], label: str | None = None
+               ) -> tuple[list[tuple[int, Any]], list[Problem]]:
+    """Read a JSONL table into ``[(line, record)]`` plus the problems of the lines skipped."""
+    name = label or path.name
+    rows: list[tuple[int, Any]] = []
+    problems: list[Problem] = []
+    for lineno, obj, problem in iter_jsonl(path, name):
+        if problem:
+            problems.append(problem)
+            continue
+        try:
+            rows.append((lineno, rtype.from_dict(obj)))
+        except SchemaError as e:
+            problems.append(Problem(name, lineno, f"{e}, skipped"))
+        except (TypeError, ValueError, OverflowError) as e:
+            problems.append(Problem(name, lineno, f"bad value ({e}), skipped"))
+    return rows, problems
+
+
+def read_manifest(run_dir: Path) -> tuple[RunManifest | None, list[Problem]]:
+    """Read and check ``run.json``; return (manifest or None, problems)."""
+    p = run_dir / MANIFEST
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        return None, [Problem(MANIFEST, 0, "missing: this folder has no run manifest")]
+    except OSError as e:
+        return None, [Problem(MANIFEST, 0, f"cannot read: {e.strerror or e}")]
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return None, [Problem(MANIFEST, 1, f"not UTF-8 (byte {e.start})")]
+    except ValueError as e:
+        return None, [Problem(MANIFEST, e.lineno, f"not valid JSON ({e.msg})")]
+    problems: list[Problem] = []
+    if isinstance(obj, dict):
+        err, warn = check_version(obj.get("schema_version"))
+        if err:
+            return None, [Problem(MANIFEST, 1, err)]
+        if warn:
+            problems.append(Problem(MANIFEST, 1, warn, "warning"))
+    try:
+        return RunManifest.from_dict(obj), problems
+    except (SchemaError, TypeError, ValueError) as e:
+        return None, problems + [Problem(MANIFEST, 1, str(e))]
+
+
+def frame_chunk(episode_path: str, index: int) -> tuple[str, int]:
+    """Where the ``index``-th frame of an episode lives: (chunk path, row in the strip)."""
+    return f"{episode_path}/frames/{index // FRAMES_PER_CHUNK:05d}.png", index % FRAMES_PER_CHUNK

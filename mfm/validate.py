@@ -1,0 +1,168 @@
+"""Check a run directory against the format spec; report each problem with file:line.
+
+:func:`read_run` is the one tolerant reading path: the loaders use it too, so the
+dashboard and ``mfm validate`` report the same problems for the same files.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mfm.memory.agent_memory import apply_diff, sha256
+from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, MemoryWrite, Problem, RunManifest,
+                        StepRow, read_manifest, read_table)
+
+
+@dataclass
+class RunContents:
+    """Everything valid read from a run directory, and what was wrong."""
+
+    dir: Path
+    manifest: RunManifest | None
+    tables: dict[str, list[Any]] = field(default_factory=dict)
+    lines: dict[str, list[int]] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+
+def looks_like_run(path: Path) -> bool:
+    """A folder holding a manifest or an episode index."""
+    return (path / MANIFEST).is_file() or (path / "index.jsonl").is_file()
+
+
+def read_run(run_dir: Path) -> RunContents:
+    """Read every table of a run, keeping valid rows and reporting the rest. Never raises."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return RunContents(run_dir, None, problems=[Problem(str(run_dir), 0, "not a folder")])
+    if not any(run_dir.iterdir()):
+        return RunContents(run_dir, None, problems=[Problem(str(run_dir), 0, "empty folder: no run here")])
+    if not looks_like_run(run_dir):
+        return RunContents(run_dir, None, problems=[
+            Problem(str(run_dir), 0, "not a run: neither run.json nor index.jsonl is here")])
+    manifest, problems = read_manifest(run_dir)
+    out = RunContents(run_dir, manifest, problems=problems)
+    for name, rtype in TABLES.items():
+        rows, probs = read_table(run_dir / name, rtype)
+        out.problems += probs
+        out.tables[name] = [r for _, r in rows]
+        out.lines[name] = [n for n, _ in rows]
+    _dedupe_index(out)
+    _check_steps_order(out)
+    _check_memory_history(out)
+    return out
+
+
+def _dedupe_index(c: RunContents) -> None:
+    seen: set[str] = set()
+    rows, lines = [], []
+    for n, r in zip(c.lines["index.jsonl"], c.tables["index.jsonl"]):
+        if r.id in seen:
+            c.problems.append(Problem("index.jsonl", n, f"duplicate episode id {r.id}, later row skipped"))
+            continue
+        seen.add(r.id)
+        rows.append(r)
+        lines.append(n)
+    c.tables["index.jsonl"], c.lines["index.jsonl"] = rows, lines
+
+
+def _check_steps_order(c: RunContents) -> None:
+    last = -1
+    rows: list[StepRow] = []
+    lines = []
+    for n, r in zip(c.lines["steps.jsonl"], c.tables["steps.jsonl"]):
+        if r.step <= last:
+            c.problems.append(Problem("steps.jsonl", n, f"step {r.step} out of order (after step {last}), skipped"))
+            continue
+        last = r.step
+        rows.append(r)
+        lines.append(n)
+    c.tables["steps.jsonl"], c.lines["steps.jsonl"] = rows, lines
+
+
+def _check_memory_history(c: RunContents) -> None:
+    """Every write must rebuild to its recorded hash; a broken one is reported once per file."""
+    text: dict[str, str | None] = {}
+    broken: set[str] = set()
+    for n, w in zip(c.lines["memory_writes.jsonl"], c.tables["memory_writes.jsonl"]):
+        w: MemoryWrite
+        if w.op == "delete":
+            text[w.path] = None
+            broken.discard(w.path)
+            continue
+        try:
+            new = w.snapshot if w.snapshot is not None else apply_diff(text.get(w.path) or "", w.diff or ())
+        except ValueError as e:
+            new = None
+            reason = str(e)
+        else:
+            reason = "content does not match its sha256"
+        if new is not None and sha256(new) == w.sha256:
+            text[w.path] = new
+            broken.discard(w.path)
+        else:
+            text[w.path] = None
+            if w.path not in broken:
+                c.problems.append(Problem("memory_writes.jsonl", n,
+                                          f"{w.path}: version {w.seq} cannot be rebuilt ({reason})"))
+            broken.add(w.path)
+
+
+def validate(run_dir: Path, frames: bool = False) -> RunContents:
+    """:func:`read_run` plus file checks: episode folders, frames, orphans, the manifest."""
+    c = read_run(run_dir)
+    if c.manifest is None and not c.tables:
+        return c
+    run_dir = Path(run_dir)
+    index: list[IndexRow] = c.tables["index.jsonl"]
+    indexed = set()
+    for n, r in zip(c.lines["index.jsonl"], index):
+        indexed.add(r.path)
+        base = run_dir / r.path
+        if not base.is_dir():
+            c.problems.append(Problem("index.jsonl", n, f"{r.id}: episode folder {r.path} is missing"))
+            continue
+        for rel in ("action.json", "outcome.json", "state/state.json") + ((r.image,) if r.image else ()):
+            p = run_dir / rel if rel == r.image else base / rel
+            if not p.is_file():
+                c.problems.append(Problem("index.jsonl", n, f"{r.id}: {p.relative_to(run_dir)} is missing", "warning"))
+        chunks = -(-r.frames // FRAMES_PER_CHUNK)
+        for k in range(chunks):
+            p = base / "frames" / f"{k:05d}.png"
+            if not p.is_file():
+                c.problems.append(Problem("index.jsonl", n, f"{r.id}: frame strip {p.relative_to(run_dir)} is missing"))
+            elif frames:
+                _check_strip(c, run_dir, p, n, r, k)
+    ep_root = run_dir / "episodes"
+    if ep_root.is_dir():
+        for p in sorted(ep_root.iterdir()):
+            if p.name.startswith("ep_") and f"episodes/{p.name}" not in indexed:
+                c.problems.append(Problem(f"episodes/{p.name}", 0,
+                                          "episode folder not in index.jsonl (in flight when the run stopped)",
+                                          "warning"))
+    if c.manifest is not None:
+        steps = c.tables["steps.jsonl"]
+        if steps and steps[-1].step > c.manifest.step_budget:
+            c.problems.append(Problem("steps.jsonl", c.lines["steps.jsonl"][-1],
+                                      f"step {steps[-1].step} exceeds the budget {c.manifest.step_budget}", "warning"))
+    if not (run_dir / LOGS).exists() and index:
+        c.problems.append(Problem(LOGS, 0, "missing (the human-readable log)", "warning"))
+    return c
+
+
+def _check_strip(c: RunContents, run_dir: Path, p: Path, n: int, r: IndexRow, k: int) -> None:
+    from mfm.memory.retrieval import FrameError, read_png
+
+    try:
+        strip = read_png(p)
+    except FrameError as e:
+        c.problems.append(Problem(str(p.relative_to(run_dir)), 0, str(e).split(": ", 1)[-1]))
+        return
+    count = min(FRAMES_PER_CHUNK, r.frames - k * FRAMES_PER_CHUNK)
+    if strip.shape[0] != count * strip.shape[1]:
+        c.problems.append(Problem(str(p.relative_to(run_dir)), 0,
+                                  f"holds {strip.shape[0] / strip.shape[1]:g} frames, index.jsonl:{n} says {count}"))

@@ -1,0 +1,91 @@
+"""Shared fixtures: a small run written through the memory core with known contents."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mfm.memory import RunWriter
+from mfm.schema import SCHEMA_VERSION, GridRow, LifeEvent, MilestoneRow, RunManifest, StepRow, TurnRow
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class WrittenRun:
+    """A run written by :func:`write_run` and what was put into it."""
+
+    dir: Path
+    frames: dict[int, np.ndarray] = field(default_factory=dict)
+    episodes: list = field(default_factory=list)
+    memory_versions: list[tuple[int, str]] = field(default_factory=list)
+
+
+def manifest(**kw) -> RunManifest:
+    base = dict(schema_version=SCHEMA_VERSION, run_id="test", env="synthetic", task="diamond", method="mfm",
+                seed=0, step_budget=1000, milestone_order=("collect_wood", "place_table"), status="running",
+                started_at="2026-11-30T00:00:00+00:00")
+    base.update(kw)
+    return RunManifest(**base)
+
+
+ACTIONS = ("go_to", "collect", "place", "craft", "explore")
+
+
+def write_run(run_dir: Path, episodes: int = 20, steps_per_episode: int = 5, seed: int = 0) -> WrittenRun:
+    """Write a run with the memory core: random frames, a walk, tags, two lives, memory writes."""
+    rng = np.random.default_rng(seed)
+    w = RunWriter(run_dir, manifest())
+    out = WrittenRun(run_dir)
+    step, life, x, y = 0, 0, 32, 32
+    first = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    rec = w.begin_episode(kind="initial", life=0, turn=None, action_kind=None, first_step=0, action={})
+    out.episodes.append(w.end_episode(rec, observation=first, state={"step": 0}, outcome={}, summary="initial state",
+                                      tags=["initial"], events=[], x=x, y=y, outcome_label=None))
+    for e in range(episodes):
+        kind = ACTIONS[e % len(ACTIONS)]
+        rec = w.begin_episode(kind="episode", life=life, turn=e, action_kind=kind, first_step=step,
+                              action={"atom": kind, "args": {"n": e}})
+        grid = []
+        for _ in range(steps_per_episode):
+            step += 1
+            x += 1
+            frame = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
+            out.frames[step] = frame
+            rec.add_step(frame, StepRow(step=step, life=life, episode=rec.id, action="move_right", x=x, y=y,
+                                        facing=(1, 0), health=9, food=9, drink=9, energy=9,
+                                        inventory={"wood": e}, reward=0.0))
+            grid.append(GridRow(cell=(x, y), kind="walked", step=step, life=life))
+        tags = ["inventory_changed"] if kind == "collect" else []
+        if e == 3:
+            tags.append("milestone")
+            w.record_milestone(MilestoneRow(name="collect_wood", step=step, life=life, episode=rec.id, turn=e))
+        if e == 6:
+            grid.append(GridRow(cell=(x + 1, y), kind="hazard", step=step, life=life, damage=9, cause="lava"))
+            w.record_life_event(LifeEvent(event="death", life=life, step=step, x=x, y=y, cause="lava",
+                                          episode=rec.id))
+        row = w.end_episode(rec, grid=grid, observation=out.frames[step], state={"step": step}, outcome={"moved": 5},
+                            summary=f"{kind}(n={e}) -> {steps_per_episode} steps, moved 5",
+                            tags=tags, events=[f"event {e}"], x=x, y=y, outcome_label="done")
+        out.episodes.append(row)
+        w.record_turn(TurnRow(turn=e, life=life, first_step=row.first_step, last_step=row.last_step,
+                              policy="test", calls=({"tool": "atom", "args": {"atom": kind}, "result": {}},),
+                              targets=({"kind": "go_to", "x": x, "y": y, "in_plan": e % 2 == 0},),
+                              plan_before=(), plan_after=(), episodes=(row.id,)))
+        text = "# Knowledge\n" + "".join(f"- fact {i}\n" for i in range(e + 1))
+        w.memory.write("GUIDE.md", text, author="test", reason=f"episode {e}", sources=[row.id], step=step,
+                       life=life, turn=e)
+        out.memory_versions.append((step, text))
+        if e == 6:
+            life += 1
+            x, y = 32, 32
+            w.record_life_event(LifeEvent(event="respawn", life=life, step=step, x=x, y=y))
+    w.close("finished", "budget")
+    return out
+
+
+@pytest.fixture
+def written_run(tmp_path: Path) -> WrittenRun:
+    return write_run(tmp_path / "run")

@@ -1,0 +1,121 @@
+"""``mfm validate`` and the tolerant readers on damaged copies of a real written run."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mfm.cli import main
+from mfm.validate import validate
+
+from conftest import WrittenRun
+
+
+def _damage(run: WrittenRun, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(run.dir, copy)
+    return copy
+
+
+def test_truncated_mid_line_validates_with_a_warning(written_run: WrittenRun, tmp_path: Path, capsys):
+    run = _damage(written_run, tmp_path)
+    p = run / "index.jsonl"
+    lines = p.read_bytes().splitlines(keepends=True)
+    p.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    c = validate(run)
+    assert c.errors == []
+    warn = [x for x in c.problems if x.file == "index.jsonl"]
+    assert len(warn) == 1 and warn[0].line == len(lines) and "truncated" in warn[0].message
+    assert len(c.tables["index.jsonl"]) == len(lines) - 1
+    assert main(["validate", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert f"index.jsonl:{len(lines)}: warning: truncated" in out and ": valid:" in out
+
+
+@pytest.mark.parametrize("file, line_no, garbage, message", [
+    ("steps.jsonl", 3, b"this is not json\n", "not valid JSON"),
+    ("grid.jsonl", 2, b'{"cell": [1], "kind": "walked", "step": 1}\n', "cell must be"),
+    ("index.jsonl", 2, b'{"id": "ep_000001", "kind": "episode"}\n', "missing field"),
+    ("turns.jsonl", 1, b"\xff\xfe\x00garbage\n", "not UTF-8"),
+    ("grid.jsonl", 4, b'{"cell": [1e300, 2], "kind": "walked", "step": 1}\n', "finite and within"),
+    ("steps.jsonl", 2, b'{"step": NaN}\n', "must be"),
+])
+def test_a_bad_line_in_the_middle_is_an_error_at_its_line(written_run, tmp_path, capsys, file, line_no, garbage,
+                                                          message):
+    run = _damage(written_run, tmp_path)
+    p = run / file
+    lines = p.read_bytes().splitlines(keepends=True)
+    before = len(lines)
+    lines.insert(line_no - 1, garbage)
+    p.write_bytes(b"".join(lines))
+    c = validate(run)
+    bad = [x for x in c.problems if x.file == file]
+    assert len(bad) == 1 and bad[0].line == line_no and bad[0].severity == "error", c.problems
+    assert message in bad[0].message
+    assert len(c.tables[file]) == before, "every valid row is kept"
+    assert main(["validate", str(run)]) == 1
+    assert f"{file}:{line_no}: error:" in capsys.readouterr().out
+
+
+def test_future_schema_version_is_refused_clearly(written_run, tmp_path):
+    run = _damage(written_run, tmp_path)
+    m = json.loads((run / "run.json").read_text())
+    m["schema_version"] = "2.0"
+    (run / "run.json").write_text(json.dumps(m))
+    c = validate(run)
+    assert c.manifest is None
+    assert any(p.file == "run.json" and "newer than this mfm reads" in p.message for p in c.errors)
+    m["schema_version"] = "1.7"
+    (run / "run.json").write_text(json.dumps(m))
+    c = validate(run)
+    assert c.manifest is not None and any("newer than 1.0" in p.message for p in c.problems)
+
+
+def test_duplicate_ids_out_of_order_steps_and_orphans(written_run, tmp_path):
+    run = _damage(written_run, tmp_path)
+    idx = (run / "index.jsonl").read_text().splitlines(keepends=True)
+    (run / "index.jsonl").write_text("".join(idx + [idx[3]]))
+    steps = (run / "steps.jsonl").read_text().splitlines(keepends=True)
+    steps[5], steps[6] = steps[6], steps[5]
+    (run / "steps.jsonl").write_text("".join(steps))
+    (run / "episodes/ep_009999").mkdir()
+    c = validate(run)
+    msgs = {(p.file, p.line): p.message for p in c.problems}
+    assert "duplicate episode id" in msgs[("index.jsonl", len(idx) + 1)]
+    assert "out of order" in msgs[("steps.jsonl", 7)]
+    assert "not in index.jsonl" in msgs[("episodes/ep_009999", 0)]
+
+
+def test_missing_frame_strip_and_corrupt_png(written_run, tmp_path):
+    run = _damage(written_run, tmp_path)
+    ep1, ep2 = written_run.episodes[1], written_run.episodes[2]
+    (run / ep1.path / "frames/00000.png").unlink()
+    (run / ep2.path / "frames/00000.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+    c = validate(run, frames=True)
+    assert any("frame strip" in p.message and "missing" in p.message for p in c.errors)
+    assert any(p.file == f"{ep2.path}/frames/00000.png" and "not a readable image" in p.message for p in c.errors)
+
+
+def test_memory_history_damage_is_reported(written_run, tmp_path):
+    run = _damage(written_run, tmp_path)
+    p = run / "memory_writes.jsonl"
+    rows = [json.loads(x) for x in p.read_text().splitlines()]
+    rows[3]["sha256"] = "0" * 64
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = validate(run)
+    assert [(x.file, x.line) for x in c.errors] == [("memory_writes.jsonl", 4)]
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: None, "empty folder"),
+    (lambda d: (d / "notes.txt").write_text("hi"), "not a run"),
+])
+def test_folders_that_are_not_runs(tmp_path, setup, message, capsys):
+    d = tmp_path / "x"
+    d.mkdir()
+    setup(d)
+    c = validate(d)
+    assert any(message in p.message for p in c.errors)
+    assert main(["validate", str(d)]) == 1
