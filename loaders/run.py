@@ -1,0 +1,254 @@
+"""Open MFM run directories as DuckDB relations and pandas frames, with lazy frame access.
+
+No Streamlit here: a notebook gets the same tables the dashboard pages use.
+
+    from loaders import open_run
+    run = open_run("sample_runs/diamond_mfm_s0")
+    run.episodes()                      # pandas DataFrame, one row per episode
+    run.sql("select action_kind, count(*) from episodes group by 1").df()
+    run.frame(120)                      # HxWx3 uint8 frame of env step 120
+    run.problems                        # what was wrong with the files, file:line each
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from mfm.memory.agent_memory import blame, rebuild
+from mfm.memory.index import EpisodeIndex
+from mfm.memory.retrieval import FrameError, episode_frame, observation
+from mfm.schema import MANIFEST, TABLES, IndexRow, Problem, RunManifest
+from mfm.validate import RunContents, looks_like_run, validate
+
+STALE_SECONDS = 300
+"""A run whose manifest still says running but whose files have not changed for this long
+is shown as crashed (its writer is gone)."""
+
+TABLE_NAMES = {
+    "index.jsonl": "episodes", "steps.jsonl": "steps", "turns.jsonl": "turns", "grid.jsonl": "grid",
+    "milestones.jsonl": "milestones", "lives.jsonl": "lives", "memory_writes.jsonl": "memory_writes",
+}
+
+
+def signature(run_dir: Path) -> tuple:
+    """Sizes and modification times of a run's files: changes whenever the run is written."""
+    out = []
+    for name in (MANIFEST, *TABLES):
+        try:
+            st = os.stat(run_dir / name)
+            out.append((name, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((name, -1, 0))
+    return tuple(out)
+
+
+def _flatten(rec: Any) -> dict[str, Any]:
+    d = {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            d[k] = json.dumps(v, sort_keys=True)
+        elif isinstance(v, tuple):
+            d[k] = list(v) if all(isinstance(x, (str, int, float)) for x in v) else json.dumps(list(v))
+    return d
+
+
+def _frame(records: list, rtype: type) -> pd.DataFrame:
+    cols = [f.name for f in dataclasses.fields(rtype)]
+    if not records:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    return pd.DataFrame([_flatten(r) for r in records], columns=cols)
+
+
+class Run:
+    """One run directory, read tolerantly. Tables are built on first use."""
+
+    def __init__(self, path: Path, contents: RunContents, sig: tuple) -> None:
+        self.path = Path(path)
+        self._c = contents
+        self.signature = sig
+        self._lock = threading.RLock()
+        self._frames: dict[str, pd.DataFrame] = {}
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def manifest(self) -> RunManifest | None:
+        return self._c.manifest
+
+    @property
+    def problems(self) -> list[Problem]:
+        """Everything wrong with the files, each with file and line."""
+        return self._c.problems
+
+    @property
+    def status(self) -> str:
+        """running, finished, interrupted or crashed (a running run gone quiet counts as crashed)."""
+        m = self.manifest
+        if m is None:
+            return "unknown"
+        if m.status == "running":
+            newest = max((t for _, _, t in self.signature), default=0) / 1e9
+            if time.time() - newest > STALE_SECONDS:
+                return "crashed"
+        return m.status
+
+    def records(self, file: str) -> list:
+        """Valid records of one table (see ``mfm.schema.TABLES``)."""
+        return self._c.tables.get(file, [])
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A table by its view name (episodes, steps, turns, grid, milestones, lives, memory_writes)."""
+        with self._lock:
+            if name not in self._frames:
+                file = {v: k for k, v in TABLE_NAMES.items()}[name]
+                df = _frame(self.records(file), TABLES[file])
+                if name == "grid" and len(df):
+                    df["x"] = [c[0] for c in df["cell"]]
+                    df["y"] = [c[1] for c in df["cell"]]
+                self._frames[name] = df
+            return self._frames[name]
+
+    def episodes(self) -> pd.DataFrame:
+        return self.table("episodes")
+
+    def steps(self) -> pd.DataFrame:
+        return self.table("steps")
+
+    def turns(self) -> pd.DataFrame:
+        return self.table("turns")
+
+    def grid(self) -> pd.DataFrame:
+        return self.table("grid")
+
+    def milestones(self) -> pd.DataFrame:
+        return self.table("milestones")
+
+    def lives(self) -> pd.DataFrame:
+        return self.table("lives")
+
+    def memory_writes(self) -> pd.DataFrame:
+        return self.table("memory_writes")
+
+    @cached_property
+    def db(self) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB with one view per table (derived, rebuilt from the files)."""
+        con = duckdb.connect(":memory:")
+        for name in TABLE_NAMES.values():
+            con.register(name, self.table(name))
+        return con
+
+    def sql(self, query: str) -> duckdb.DuckDBPyRelation:
+        """Run SQL over this run's views."""
+        with self._lock:
+            return self.db.sql(query)
+
+    @cached_property
+    def index(self) -> EpisodeIndex:
+        """The episode index, for queries with the memory core's predicates."""
+        return EpisodeIndex(self.records("index.jsonl"))
+
+    def episode(self, ep_id: str) -> IndexRow | None:
+        return self.index.get(ep_id)
+
+    def frame(self, step: int) -> np.ndarray:
+        """The frame of env step ``step``; raises FrameError naming the file if unreadable."""
+        ref = self.index.episode_at(step)
+        if ref is None:
+            raise FrameError(f"{self.name}: no stored frame for step {step}")
+        return episode_frame(self.path, ref, step - ref.first_step - 1)
+
+    def observation(self, ep_id: str) -> np.ndarray:
+        """The frame recorded when an episode ended."""
+        ref = self.episode(ep_id)
+        if ref is None:
+            raise FrameError(f"{self.name}: no episode {ep_id}")
+        return observation(self.path, ref)
+
+    def memory_file(self, path: str, as_of_step: int | None = None) -> str | None:
+        """A ``mine/`` file as it stood at a step, rebuilt from the write history."""
+        return rebuild(self.records("memory_writes.jsonl"), path, as_of_step)
+
+    def memory_blame(self, path: str, as_of_step: int | None = None) -> list:
+        """Each line of a ``mine/`` file with the write (author, reason, sources) that set it."""
+        return blame(self.records("memory_writes.jsonl"), path, as_of_step)
+
+    def summary(self) -> dict[str, Any]:
+        """One row for the runs table."""
+        m = self.manifest
+        lives = self.records("lives.jsonl")
+        order = list(m.milestone_order) if m else []
+        reached = m.milestones if m else {}
+        return {
+            "run": self.name, "path": str(self.path), "task": m.task if m else None,
+            "method": m.method if m else None, "ablations": ",".join(m.ablations) if m else "",
+            "seed": m.seed if m else None, "steps": m.last_step if m else None,
+            "budget": m.step_budget if m else None, "lives": 1 + sum(e.event == "respawn" for e in lives),
+            "deaths": sum(e.event == "death" for e in lives), "milestones": len(reached),
+            "milestones_total": len(order), "status": self.status,
+            "episodes": len(self.records("index.jsonl")), "problems": len(self.problems),
+        }
+
+
+_CACHE: dict[str, Run] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def open_run(path: str | Path) -> Run:
+    """Open a run directory (cached; re-read when any of its files changed). Never raises on
+    bad content: what was wrong is in ``run.problems``."""
+    p = Path(path).resolve()
+    sig = signature(p)
+    key = str(p)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None and hit.signature == sig:
+            return hit
+    run = Run(p, validate(p), sig)
+    with _CACHE_LOCK:
+        _CACHE[key] = run
+    return run
+
+
+def find_runs(root: str | Path, max_depth: int = 6) -> list[Path]:
+    """Every run folder under ``root`` (nested folders too), sorted, symlinks not followed."""
+    root = Path(root)
+    found: list[Path] = []
+
+    def walk(d: Path, depth: int) -> None:
+        if looks_like_run(d):
+            found.append(d)
+            return
+        if depth >= max_depth:
+            return
+        try:
+            children = sorted(c for c in d.iterdir() if c.is_dir() and not c.is_symlink())
+        except OSError:
+            return
+        for c in children:
+            if not c.name.startswith("."):
+                walk(c, depth + 1)
+
+    walk(root, 0)
+    return found
+
+
+def open_runs(root: str | Path) -> list[Run]:
+    """Open every run under ``root``."""
+    return [open_run(p) for p in find_runs(root)]
+
+
+def runs_table(runs: list[Run]) -> pd.DataFrame:
+    """One summary row per run, for comparison."""
+    return pd.DataFrame([r.summary() for r in runs])
