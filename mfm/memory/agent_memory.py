@@ -11,11 +11,10 @@ from __future__ import annotations
 import difflib
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from mfm.memory.appendlog import AppendLog, write_atomic
+from mfm.memory.appendlog import AppendLog, Clock, now_iso, write_atomic
 from mfm.schema import MINE, MemoryWrite, Problem, read_table
 
 SNAPSHOT_EVERY = 16
@@ -119,8 +118,10 @@ def blame(writes: Iterable[MemoryWrite], path: str, as_of_step: int | None = Non
 class AgentMemory:
     """Read and write ``mine/`` files; each write is logged with its provenance."""
 
-    def __init__(self, run_dir: Path, writes: Iterable[MemoryWrite] = (), writable: bool = True) -> None:
+    def __init__(self, run_dir: Path, writes: Iterable[MemoryWrite] = (), writable: bool = True,
+                 clock: Clock = now_iso) -> None:
         self.root = run_dir
+        self.clock = clock
         self.writes: list[MemoryWrite] = list(writes)
         self._log = AppendLog(run_dir / "memory_writes.jsonl") if writable else None
         self._current: dict[str, str] = {}
@@ -170,7 +171,7 @@ class AgentMemory:
         w = MemoryWrite(
             seq=len(self.writes), turn=turn, step=step, life=life, path=path,
             op=op or ("create" if first else "edit"), author=author, reason=reason,
-            sources=tuple(dict.fromkeys(sources)), time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            sources=tuple(dict.fromkeys(sources)), time=self.clock(),
             sha256=sha256(content), diff=None if snap else tuple(make_diff(old or "", content)),
             snapshot=content if snap else None,
         )
@@ -193,7 +194,7 @@ class AgentMemory:
             return None
         w = MemoryWrite(seq=len(self.writes), turn=turn, step=step, life=life, path=path, op="delete",
                         author=author, reason=reason, sources=tuple(sources),
-                        time=datetime.now(timezone.utc).isoformat(timespec="seconds"), sha256=sha256(""))
+                        time=self.clock(), sha256=sha256(""))
         self._commit(w, None)
         return w
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from mfm.schema import Record
 
@@ -63,3 +64,13 @@ def write_atomic(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
     os.replace(tmp, path)
+
+
+Clock = Callable[[], str]
+"""Returns the wall time to record, as an ISO 8601 string. Injectable so that a run
+recorded with a fixed clock is byte-identical when regenerated."""
+
+
+def now_iso() -> str:
+    """The current UTC time, to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -8,14 +8,13 @@ so a process killed at any moment loses at most the episode in flight.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
 from mfm.memory.agent_memory import AgentMemory
-from mfm.memory.appendlog import AppendLog, write_atomic
+from mfm.memory.appendlog import AppendLog, Clock, now_iso, write_atomic
 from mfm.memory.episode_store import EpisodeRecording, EpisodeStore
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.spatial import SpatialGrid
@@ -24,14 +23,10 @@ from mfm.schema import (LOGS, MANIFEST, GridRow, IndexRow, LifeEvent, MilestoneR
 LOG_RULE = "=" * 80
 
 
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 class RunWriter:
     """Create a run directory and record into it through the memory core."""
 
-    def __init__(self, run_dir: Path, manifest: RunManifest, fsync: bool = False) -> None:
+    def __init__(self, run_dir: Path, manifest: RunManifest, fsync: bool = False, clock: Clock = now_iso) -> None:
         run_dir = Path(run_dir)
         if run_dir.exists() and any(run_dir.iterdir()):
             raise FileExistsError(f"{run_dir} is not empty; a run is never written over another")
@@ -42,7 +37,8 @@ class RunWriter:
         self.episodes = EpisodeStore(run_dir)
         self.index = EpisodeIndex(log=AppendLog(run_dir / "index.jsonl", fsync))
         self.grid = SpatialGrid(log=AppendLog(run_dir / "grid.jsonl", fsync))
-        self.memory = AgentMemory(run_dir)
+        self.clock = clock
+        self.memory = AgentMemory(run_dir, clock=clock)
         self._steps = AppendLog(run_dir / "steps.jsonl", fsync)
         self._turns = AppendLog(run_dir / "turns.jsonl", fsync)
         self._milestones = AppendLog(run_dir / "milestones.jsonl", fsync)
@@ -114,4 +110,4 @@ class RunWriter:
             log.flush()
         self.grid.flush()
         self.index.flush()
-        self.update_manifest(status=status, end_reason=end_reason, ended_at=now_iso())
+        self.update_manifest(status=status, end_reason=end_reason, ended_at=self.clock())
