@@ -24,11 +24,12 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from loaders.formats import detect, source_for
+from loaders.sources import Source
 from mfm.memory.agent_memory import blame, rebuild
 from mfm.memory.index import EpisodeIndex
-from mfm.memory.retrieval import FrameError, episode_frame, observation
+from mfm.memory.retrieval import EpisodeRecord, FrameError
 from mfm.schema import MANIFEST, TABLES, IndexRow, Problem, RunManifest
-from mfm.validate import RunContents, looks_like_run, validate
 
 STALE_SECONDS = 300
 """A run whose manifest still says running but whose files have not changed for this long
@@ -43,9 +44,10 @@ TABLE_NAMES = {
 def signature(run_dir: Path) -> tuple:
     """Sizes and modification times of a run's files: changes whenever the run is written."""
     out = []
-    for name in (MANIFEST, *TABLES):
+    names = (MANIFEST, *TABLES) if run_dir.is_dir() else ("",)
+    for name in names:
         try:
-            st = os.stat(run_dir / name)
+            st = os.stat(run_dir / name if name else run_dir)
             out.append((name, st.st_size, st.st_mtime_ns))
         except OSError:
             out.append((name, -1, 0))
@@ -70,11 +72,12 @@ def _frame(records: list, rtype: type) -> pd.DataFrame:
 
 
 class Run:
-    """One run directory, read tolerantly. Tables are built on first use."""
+    """One run, in any supported format, read tolerantly. Tables are built on first use."""
 
-    def __init__(self, path: Path, contents: RunContents, sig: tuple) -> None:
+    def __init__(self, path: Path, source: Source, sig: tuple) -> None:
         self.path = Path(path)
-        self._c = contents
+        self.source = source
+        self._c = source.contents()
         self.signature = sig
         self._lock = threading.RLock()
         self._frames: dict[str, pd.DataFrame] = {}
@@ -82,6 +85,16 @@ class Run:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def format(self) -> str:
+        """``mfm``, ``mfm-original``, ``mfm-export`` or ``crafter-recorder``."""
+        return self.source.format
+
+    @property
+    def is_3d(self) -> bool:
+        """Positions have a height: the horizontal plane is (x, z), as in Minecraft."""
+        return any(r.z is not None for r in self.records("index.jsonl")[:50])
 
     @property
     def manifest(self) -> RunManifest | None:
@@ -117,6 +130,7 @@ class Run:
                 if name == "grid" and len(df):
                     df["x"] = [c[0] for c in df["cell"]]
                     df["y"] = [c[1] for c in df["cell"]]
+                    df["z"] = [c[2] if len(c) > 2 else None for c in df["cell"]]
                 self._frames[name] = df
             return self._frames[name]
 
@@ -164,17 +178,24 @@ class Run:
 
     def frame(self, step: int) -> np.ndarray:
         """The frame of env step ``step``; raises FrameError naming the file if unreadable."""
-        ref = self.index.episode_at(step)
-        if ref is None:
-            raise FrameError(f"{self.name}: no stored frame for step {step}")
-        return episode_frame(self.path, ref, step - ref.first_step - 1)
+        return self.source.step_frame(self.index, step)
 
-    def observation(self, ep_id: str) -> np.ndarray:
-        """The frame recorded when an episode ended."""
+    def _ref(self, ep_id: str) -> IndexRow:
         ref = self.episode(ep_id)
         if ref is None:
-            raise FrameError(f"{self.name}: no episode {ep_id}")
-        return observation(self.path, ref)
+            raise KeyError(f"{self.name}: no episode {ep_id}")
+        return ref
+
+    def observation(self, ep_id: str) -> np.ndarray:
+        """The frame recorded when an episode ended; FrameError if it cannot be read."""
+        try:
+            return self.source.observation(self._ref(ep_id))
+        except KeyError as e:
+            raise FrameError(str(e)) from None
+
+    def episode_record(self, ep_id: str) -> EpisodeRecord:
+        """An episode's state, action and outcome records (None where not recorded)."""
+        return self.source.episode_record(self._ref(ep_id))
 
     def memory_file(self, path: str, as_of_step: int | None = None) -> str | None:
         """A ``mine/`` file as it stood at a step, rebuilt from the write history."""
@@ -191,7 +212,7 @@ class Run:
         order = list(m.milestone_order) if m else []
         reached = m.milestones if m else {}
         return {
-            "run": self.name, "path": str(self.path), "task": m.task if m else None,
+            "run": self.name, "path": str(self.path), "format": self.format, "task": m.task if m else None,
             "method": m.method if m else None, "ablations": ",".join(m.ablations) if m else "",
             "seed": m.seed if m else None, "steps": m.last_step if m else None,
             "budget": m.step_budget if m else None, "lives": 1 + sum(e.event == "respawn" for e in lives),
@@ -215,19 +236,24 @@ def open_run(path: str | Path) -> Run:
         hit = _CACHE.get(key)
         if hit is not None and hit.signature == sig:
             return hit
-    run = Run(p, validate(p), sig)
+    run = Run(p, source_for(p), sig)
     with _CACHE_LOCK:
         _CACHE[key] = run
     return run
 
 
 def find_runs(root: str | Path, max_depth: int = 6) -> list[Path]:
-    """Every run folder under ``root`` (nested folders too), sorted, symlinks not followed."""
+    """Every run under ``root`` (nested folders too, any supported format), sorted; symlinks
+    are not followed. A Crafter recorder folder gives one run per recorded episode file."""
     root = Path(root)
     found: list[Path] = []
 
     def walk(d: Path, depth: int) -> None:
-        if looks_like_run(d):
+        fmt = detect(d)
+        if fmt == "crafter-recorder":
+            found.extend(sorted(p for p in d.glob("*.npz") if not p.is_symlink()))
+            return
+        if fmt is not None:
             found.append(d)
             return
         if depth >= max_depth:

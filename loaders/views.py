@@ -1,0 +1,553 @@
+"""Computations behind the dashboard pages: plain functions over run tables, no Streamlit.
+
+Every function that feeds a chart bounds what it returns (``max_*`` arguments), binning or
+striding long runs so a 36,000-step run never sends a browser more than ~50k points. Frame
+access goes through :func:`frame_for`, which refuses episode paths leaving the run folder.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from loaders.run import Run
+from mfm.memory.retrieval import FrameError, episode_frame, load_episode, read_png
+from mfm.schema import EPISODE_ID, IndexRow
+
+MAX_POINTS = 50_000
+"""The most points any one chart built from these views may hold."""
+
+MARK_KINDS = ("milestone", "death", "search", "inspect", "memory_write")
+TILES_X, TILES_Y, MAP_TILES_Y = 9, 9, 7
+"""Crafter frames are a 9x9 grid of tiles; the top 9x7 tiles are the map."""
+
+
+class UnsafePath(ValueError):
+    """A path named by a run (or a URL) that would leave the folder it must stay in."""
+
+
+def inside(base: Path, rel: str) -> Path:
+    """``base / rel`` resolved, refusing absolute paths, ``..`` and symlinks that leave ``base``."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel:
+        raise UnsafePath(f"empty or invalid path {rel!r}")
+    p = Path(rel)
+    if p.is_absolute() or rel.startswith(("/", "\\")) or "\\" in rel or ".." in p.parts:
+        raise UnsafePath(f"{rel!r} is not a plain relative path (absolute paths and '..' are refused)")
+    base = base.resolve()
+    target = (base / p).resolve()
+    if target != base and base not in target.parents:
+        raise UnsafePath(f"{rel!r} leads outside {base} (through a symlink), refused")
+    return target
+
+
+def _bins(lo: int, hi: int, n: int) -> np.ndarray:
+    return np.linspace(lo, hi + 1, max(2, n + 1))
+
+
+def step_bounds(run: Run) -> tuple[int, int]:
+    """First and last env step covered by the run's episodes or step trace."""
+    ep = run.episodes()
+    st = run.steps()
+    lows = [int(ep["first_step"].min())] if len(ep) else []
+    highs = [int(ep["last_step"].max())] if len(ep) else []
+    if len(st):
+        lows.append(int(st["step"].min()))
+        highs.append(int(st["step"].max()))
+    return (min(lows), max(highs)) if lows else (0, 0)
+
+
+def _category(episodes: pd.DataFrame, color_by: str) -> pd.Series:
+    if color_by == "outcome":
+        return episodes["outcome"].fillna("none").astype(str)
+    kinds = episodes["action_kind"].astype(object)
+    return kinds.where(kinds.notna(), episodes["kind"]).astype(str)
+
+
+def timeline_bars(episodes: pd.DataFrame, lo: int | None = None, hi: int | None = None,
+                  color_by: str = "action_kind", max_bars: int = 3000) -> pd.DataFrame:
+    """Episode bars for the timeline: one row per episode, or per step bin when too many.
+
+    Columns: ``life, start, end, category, episode, label, count``. ``start``/``end`` are env
+    steps; when more than ``max_bars`` episodes overlap ``[lo, hi]``, episodes of each life are
+    merged into step bins coloured by their most frequent category (``count`` episodes each,
+    ``episode`` empty).
+    """
+    cols = ["life", "start", "end", "category", "episode", "label", "count"]
+    if not len(episodes):
+        return pd.DataFrame(columns=cols)
+    ep = episodes
+    lo = int(ep["first_step"].min()) if lo is None else lo
+    hi = int(ep["last_step"].max()) if hi is None else hi
+    ep = ep[(ep["last_step"] >= lo) & (ep["first_step"] <= hi)]
+    cat = _category(ep, color_by)
+    if len(ep) <= max_bars:
+        end = np.maximum(ep["last_step"].to_numpy(), ep["first_step"].to_numpy() + 0.5)
+        return pd.DataFrame({
+            "life": ep["life"].astype(int).to_numpy(), "start": ep["first_step"].to_numpy(), "end": end,
+            "category": cat.to_numpy(), "episode": ep["id"].to_numpy(),
+            "label": [f"{i} · {s}" for i, s in zip(ep["id"], ep["summary"])], "count": 1,
+        }, columns=cols)
+    lives = max(1, ep["life"].nunique())
+    edges = _bins(lo, hi, max(1, max_bars // lives))
+    mid = (ep["first_step"].to_numpy() + ep["last_step"].to_numpy()) / 2
+    b = np.clip(np.searchsorted(edges, mid, side="right") - 1, 0, len(edges) - 2)
+    df = pd.DataFrame({"life": ep["life"].astype(int).to_numpy(), "bin": b, "category": cat.to_numpy()})
+    rows = []
+    for (life, k), g in df.groupby(["life", "bin"], sort=True):
+        counts = g["category"].value_counts()
+        top = counts.index[0]
+        mix = ", ".join(f"{c} {n}" for c, n in counts.head(4).items())
+        rows.append((life, edges[k], edges[k + 1], top, "", f"{len(g)} episodes: {mix}", len(g)))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _json(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return None
+    return v
+
+
+def _first(d: dict, keys: Iterable[str]) -> Any:
+    for k in keys:
+        v = d.get(k)
+        if v is not None:
+            return v
+    return None
+
+
+def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")) -> pd.DataFrame:
+    """Each call of the given tools made by a turn, one row per call.
+
+    Columns: ``turn, life, step, tool, episode, target_step, text, results, args, result``.
+    ``step`` is the turn's ``first_step`` (the agent decides before acting). For inspections
+    ``episode`` is the inspected episode (``args.episode``/``id``/``episode_id`` or the same in
+    ``result``) and ``target_step`` the inspected frame's step when the call names one
+    (``args.step``, or ``args.frame`` as an index into the episode's frames, resolved later
+    by :func:`inspections`). For searches ``text`` is the query and ``results`` the count.
+    """
+    cols = ["turn", "life", "step", "tool", "episode", "target_step", "frame_index", "text", "results",
+            "args", "result"]
+    want = set(tools)
+    rows = []
+    for turn, life, step, calls in zip(turns["turn"], turns["life"], turns["first_step"], turns["calls"]):
+        parsed = _json(calls)
+        if not isinstance(parsed, list):
+            continue
+        for c in parsed:
+            if not isinstance(c, dict) or c.get("tool") not in want:
+                continue
+            args = c.get("args") if isinstance(c.get("args"), dict) else {}
+            res = c.get("result") if isinstance(c.get("result"), dict) else {}
+            ep = _first(args, ("episode", "id", "episode_id")) or _first(res, ("episode", "id", "episode_id"))
+            ep = ep if isinstance(ep, str) and EPISODE_ID.match(ep) else None
+            tstep = _first(args, ("step", "frame_step"))
+            fidx = args.get("frame")
+            hits = _first(res, ("episodes", "results", "hits"))
+            text = _first(args, ("text", "query", "q"))
+            rows.append((int(turn), int(life), int(step), c["tool"], ep,
+                         int(tstep) if isinstance(tstep, (int, float)) and not isinstance(tstep, bool) else None,
+                         int(fidx) if isinstance(fidx, int) and not isinstance(fidx, bool) else None,
+                         str(text) if text is not None else "",
+                         len(hits) if isinstance(hits, list) else None,
+                         json.dumps(args, sort_keys=True), json.dumps(res, sort_keys=True)))
+    df = pd.DataFrame(rows, columns=cols)
+    for c in ("target_step", "frame_index", "results"):
+        df[c] = df[c].astype("Int64")
+    return df
+
+
+def inspections(turns: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
+    """Every frame inspection with what the agent saw then and what it retrieved.
+
+    Columns: ``turn, life, step, episode, target_step, label``. ``step`` is the step whose
+    frame the agent had when it looked; ``target_step`` the retrieved frame's step, or
+    missing when the inspection opened the episode's end observation.
+    """
+    calls = tool_calls(turns, ("inspect",))
+    by_id = episodes.set_index("id") if len(episodes) else None
+    rows = []
+    for r in calls.itertuples(index=False):
+        target = None if pd.isna(r.target_step) else int(r.target_step)
+        if target is None and r.frame_index is not None and not pd.isna(r.frame_index) and by_id is not None \
+                and r.episode in by_id.index:
+            target = int(by_id.loc[r.episode, "first_step"]) + 1 + int(r.frame_index)
+        what = r.episode or "?"
+        where = f"step {target}" if target is not None else "end observation"
+        rows.append((r.turn, r.life, r.step, r.episode, target,
+                     f"turn {r.turn} (step {r.step}, life {r.life}) inspected {what} · {where}"))
+    df = pd.DataFrame(rows, columns=["turn", "life", "step", "episode", "target_step", "label"])
+    df["target_step"] = df["target_step"].astype("Int64")
+    return df
+
+
+def _bin_marks(df: pd.DataFrame, lo: int, hi: int, max_per_kind: int) -> pd.DataFrame:
+    if len(df) <= max_per_kind:
+        return df
+    edges = _bins(lo, hi, max_per_kind)
+    df = df.assign(bin=np.clip(np.searchsorted(edges, df["step"].to_numpy(), side="right") - 1, 0, len(edges) - 2))
+    g = df.groupby(["life", "bin"], sort=True)
+    out = g.agg(step=("step", "first"), count=("count", "sum"), label=("label", "first"), kind=("kind", "first"))
+    out = out.reset_index()
+    out["label"] = [f"{n} × {k}, from step {s}" for n, k, s in zip(out["count"], out["kind"], out["step"])]
+    out["episode"] = ""
+    return out[["kind", "step", "life", "label", "episode", "count"]]
+
+
+def timeline_marks(run: Run, lo: int | None = None, hi: int | None = None, max_per_kind: int = 2000) -> pd.DataFrame:
+    """Milestones, deaths, index searches, frame inspections and memory writes as step marks.
+
+    Columns: ``kind, step, life, label, episode, count``; kinds beyond ``max_per_kind`` marks
+    are binned (``count`` marks per row).
+    """
+    a, b = step_bounds(run)
+    lo = a if lo is None else lo
+    hi = b if hi is None else hi
+    parts = []
+    ms = run.milestones()
+    if len(ms):
+        parts.append(pd.DataFrame({"kind": "milestone", "step": ms["step"], "life": ms["life"],
+                                   "label": "milestone: " + ms["name"].astype(str), "episode": ms["episode"]}))
+    lv = run.lives()
+    if len(lv):
+        d = lv[lv["event"] == "death"]
+        parts.append(pd.DataFrame({"kind": "death", "step": d["step"], "life": d["life"],
+                                   "label": "death: " + d["cause"].fillna("unknown").astype(str),
+                                   "episode": d["episode"]}))
+    calls = tool_calls(run.turns())
+    if len(calls):
+        s = calls[calls["tool"] == "search"]
+        parts.append(pd.DataFrame({"kind": "search", "step": s["step"], "life": s["life"],
+                                   "label": [f"search '{t}' → {n if not pd.isna(n) else '?'} results"
+                                             for t, n in zip(s["text"], s["results"])], "episode": None}))
+        i = calls[calls["tool"] == "inspect"]
+        parts.append(pd.DataFrame({"kind": "inspect", "step": i["step"], "life": i["life"],
+                                   "label": "inspect " + i["episode"].fillna("?"), "episode": i["episode"]}))
+    mw = run.memory_writes()
+    if len(mw):
+        parts.append(pd.DataFrame({"kind": "memory_write", "step": mw["step"], "life": mw["life"],
+                                   "label": mw["op"].astype(str) + " " + mw["path"].astype(str) + ": "
+                                   + mw["reason"].astype(str).str.slice(0, 80), "episode": None}))
+    cols = ["kind", "step", "life", "label", "episode", "count"]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    df = pd.concat(parts, ignore_index=True)
+    df["count"] = 1
+    df = df[(df["step"] >= lo) & (df["step"] <= hi)]
+    out = [_bin_marks(g.sort_values("step"), lo, hi, max_per_kind) for _, g in df.groupby("kind", sort=False)]
+    out = [o for o in out if len(o)]
+    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+
+
+def vitals_series(steps: pd.DataFrame, lo: int | None = None, hi: int | None = None,
+                  max_points: int = 2000) -> pd.DataFrame:
+    """Health, food, drink and energy over steps; binned to the minimum per bin when long.
+
+    Columns: ``step, life, health, food, drink, energy``.
+    """
+    cols = ["step", "life", "health", "food", "drink", "energy"]
+    if not len(steps):
+        return pd.DataFrame(columns=cols)
+    s = steps[cols]
+    if lo is not None:
+        s = s[s["step"] >= lo]
+    if hi is not None:
+        s = s[s["step"] <= hi]
+    if len(s) <= max_points:
+        return s.reset_index(drop=True)
+    edges = _bins(int(s["step"].min()), int(s["step"].max()), max_points)
+    b = np.searchsorted(edges, s["step"].to_numpy(), side="right") - 1
+    g = s.assign(bin=b).groupby(["life", "bin"], sort=True)
+    out = g.agg(step=("step", "first"), health=("health", "min"), food=("food", "min"),
+                drink=("drink", "min"), energy=("energy", "min")).reset_index()
+    return out[cols].sort_values("step", ignore_index=True)
+
+
+def trajectories(steps: pd.DataFrame, lo: int | None = None, hi: int | None = None,
+                 max_points: int = 20_000) -> pd.DataFrame:
+    """Each life's path (``life, step, x, y``), strided to at most ``max_points`` in all.
+
+    Every life keeps its first and last point, so starts and ends stay exact.
+    """
+    cols = ["life", "step", "x", "y"]
+    if not len(steps):
+        return pd.DataFrame(columns=cols)
+    s = steps[cols]
+    if lo is not None:
+        s = s[s["step"] >= lo]
+    if hi is not None:
+        s = s[s["step"] <= hi]
+    if len(s) <= max_points:
+        return s.reset_index(drop=True)
+    stride = int(np.ceil(len(s) / max_points))
+    parts = []
+    for _, g in s.groupby("life", sort=True):
+        keep = np.zeros(len(g), bool)
+        keep[::stride] = True
+        keep[-1] = True
+        parts.append(g[keep])
+    return pd.concat(parts, ignore_index=True)
+
+
+def grid_cells(grid: pd.DataFrame, lo: int | None = None, hi: int | None = None,
+               kinds: Iterable[str] | None = None) -> pd.DataFrame:
+    """The traversed-cell grid: the latest kind of each cell within the filters.
+
+    Columns: ``x, y, kind, count, first_step, last_step, lives``.
+    """
+    cols = ["x", "y", "kind", "count", "first_step", "last_step", "lives"]
+    if not len(grid):
+        return pd.DataFrame(columns=cols)
+    g = grid
+    if lo is not None:
+        g = g[g["step"] >= lo]
+    if hi is not None:
+        g = g[g["step"] <= hi]
+    if kinds is not None:
+        g = g[g["kind"].isin(list(kinds))]
+    if not len(g):
+        return pd.DataFrame(columns=cols)
+    g = g.sort_values("step", kind="stable")
+    agg = g.groupby(["x", "y"], sort=True).agg(
+        kind=("kind", "last"), count=("kind", "size"), first_step=("step", "min"), last_step=("step", "max"),
+        lives=("life", lambda v: ",".join(str(i) for i in sorted(set(v))))).reset_index()
+    return agg[cols]
+
+
+def grid_extent(grid: pd.DataFrame, steps: pd.DataFrame, episodes: pd.DataFrame, pad: int = 2
+                ) -> tuple[int, int, int, int]:
+    """``(x0, y0, x1, y1)`` covering every cell, position and episode of a run, padded."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for df in (grid, steps, episodes):
+        if len(df) and "x" in df:
+            x = pd.to_numeric(df["x"], errors="coerce").dropna()
+            y = pd.to_numeric(df["y"], errors="coerce").dropna()
+            if len(x) and len(y):
+                xs += [x.min(), x.max()]
+                ys += [y.min(), y.max()]
+    if not xs:
+        return 0, 0, 8, 6
+    return int(min(xs)) - pad, int(min(ys)) - pad, int(max(xs)) + pad, int(max(ys)) + pad
+
+
+def episodes_at_cell(run: Run, x: int, y: int) -> pd.DataFrame:
+    """Episodes that touched cell (x, y): the player stood there, or the grid records it.
+
+    Columns: ``episode, life, first_step, last_step, action_kind, summary, how, step`` where
+    ``step`` is the first step in the episode at that cell and ``how`` says why it is listed.
+    """
+    cols = ["episode", "life", "first_step", "last_step", "action_kind", "summary", "how", "step"]
+    ep = run.episodes()
+    if not len(ep):
+        return pd.DataFrame(columns=cols)
+    hits: dict[str, tuple[str, int]] = {}
+    st = run.steps()
+    if len(st):
+        here = st[(st["x"] == x) & (st["y"] == y)]
+        for e, s in zip(here["episode"], here["step"]):
+            if e not in hits:
+                hits[e] = ("stood here", int(s))
+    gr = run.grid()
+    if len(gr):
+        here = gr[(gr["x"] == x) & (gr["y"] == y)]
+        for kind, s in zip(here["kind"], here["step"]):
+            ref = run.index.episode_at(int(s)) or _episode_ending(run, int(s))
+            if ref is not None:
+                how, first = hits.get(ref.id, ("", int(s)))
+                how = kind if not how else (how if kind in how else f"{how}, {kind}")
+                hits[ref.id] = (how, min(first, int(s)))
+    if not hits:
+        return pd.DataFrame(columns=cols)
+    sub = ep[ep["id"].isin(list(hits))].copy()
+    sub["how"] = [hits[i][0] for i in sub["id"]]
+    sub["step"] = [hits[i][1] for i in sub["id"]]
+    sub = sub.rename(columns={"id": "episode"}).sort_values("first_step", ignore_index=True)
+    return sub[cols]
+
+
+def _episode_ending(run: Run, step: int) -> IndexRow | None:
+    for r in run.index.rows:
+        if r.last_step == step:
+            return r
+    return None
+
+
+def frames_at_cell(steps: pd.DataFrame, x: int, y: int) -> pd.DataFrame:
+    """Every step whose frame was taken with the player on cell (x, y): ``step, life, episode``."""
+    if not len(steps):
+        return pd.DataFrame(columns=["step", "life", "episode"])
+    here = steps[(steps["x"] == x) & (steps["y"] == y)]
+    return here[["step", "life", "episode"]].reset_index(drop=True)
+
+
+def visits_per_cell(runs: list[Run]) -> pd.DataFrame:
+    """How often each cell holds a frame, over several runs: ``x, y, frames, runs, lives``."""
+    parts = []
+    for r in runs:
+        s = r.steps()
+        if len(s):
+            parts.append(s[["x", "y", "life"]].assign(run=r.name))
+    if not parts:
+        return pd.DataFrame(columns=["x", "y", "frames", "runs", "lives"])
+    df = pd.concat(parts, ignore_index=True)
+    return df.groupby(["x", "y"]).agg(frames=("life", "size"), runs=("run", "nunique"),
+                                       lives=("life", "nunique")).reset_index()
+
+
+def _check_ref(run: Run, ref: IndexRow) -> None:
+    inside(run.path, ref.path)
+    if ref.image:
+        inside(run.path, ref.image)
+
+
+def frame_for(run: Run, step: int | None = None, episode: str | None = None) -> np.ndarray:
+    """A frame of the run: the frame of env ``step``, or the end observation of ``episode``.
+
+    A step with no per-step frame (step 0, the initial state) falls back to the observation
+    of the episode that ended at it. Raises FrameError (missing/unreadable) or UnsafePath.
+    """
+    if episode is not None:
+        ref = run.episode(episode)
+        if ref is None:
+            raise FrameError(f"{run.name}: no episode {episode}")
+        _check_ref(run, ref)
+        return run.observation(episode)
+    if step is None:
+        raise FrameError("name a step or an episode")
+    ref = run.index.episode_at(step)
+    if ref is not None:
+        _check_ref(run, ref)
+        return episode_frame(run.path, ref, step - ref.first_step - 1)
+    end = _episode_ending(run, step)
+    if end is not None and end.image:
+        _check_ref(run, end)
+        return read_png(run.path / end.image)
+    raise FrameError(f"{run.name}: no stored frame for step {step}")
+
+
+def frame_strip(run: Run, episode: str, max_frames: int = 32) -> list[tuple[int, np.ndarray]]:
+    """Up to ``max_frames`` of an episode's per-step frames, evenly spaced: ``[(step, frame)]``."""
+    ref = run.episode(episode)
+    if ref is None:
+        raise FrameError(f"{run.name}: no episode {episode}")
+    _check_ref(run, ref)
+    if ref.frames == 0:
+        return []
+    idx = sorted(set(np.linspace(0, ref.frames - 1, min(max_frames, ref.frames)).round().astype(int).tolist()))
+    return [(ref.first_step + 1 + i, episode_frame(run.path, ref, i)) for i in idx]
+
+
+@dataclass(frozen=True)
+class EpisodeDetail:
+    """An episode's index row and its stored records (None where missing or unreadable)."""
+
+    row: IndexRow
+    state: dict | None
+    action: dict | None
+    outcome: dict | None
+    steps: pd.DataFrame
+
+
+def episode_detail(run: Run, episode: str) -> EpisodeDetail:
+    """Index row, state.json, action.json, outcome.json and step rows of one episode."""
+    ref = run.episode(episode)
+    if ref is None:
+        raise KeyError(f"{run.name}: no episode {episode}")
+    _check_ref(run, ref)
+    rec = load_episode(run.path, ref)
+    st = run.steps()
+    rows = st[st["episode"] == episode] if len(st) else st
+    return EpisodeDetail(ref, rec.state, rec.action, rec.outcome, rows.reset_index(drop=True))
+
+
+def step_row(run: Run, step: int) -> dict | None:
+    """The step trace row of one env step as a dict, or None."""
+    st = run.steps()
+    if not len(st):
+        return None
+    hit = st[st["step"] == step]
+    return None if not len(hit) else hit.iloc[0].to_dict()
+
+
+def tile_size(frame: np.ndarray) -> int:
+    """Crafter tile edge in pixels for a frame (frame width // 9)."""
+    return max(1, frame.shape[1] // TILES_X)
+
+
+def upscale(frame: np.ndarray, target: int = 256) -> np.ndarray:
+    """Nearest-neighbour magnification by the integer factor that brings the width near ``target``."""
+    factor = max(1, int(round(target / max(1, frame.shape[1]))))
+    return np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1)
+
+
+def wipe(a: np.ndarray, b: np.ndarray, position: float) -> np.ndarray:
+    """A/B wipe: columns left of ``position`` (0..1 of the width) from ``a``, the rest from ``b``,
+    with a one-pixel yellow divider."""
+    if a.shape != b.shape:
+        raise ValueError(f"frames differ in size: {a.shape} vs {b.shape}")
+    w = a.shape[1]
+    cut = int(round(min(1.0, max(0.0, position)) * w))
+    out = b.copy()
+    out[:, :cut] = a[:, :cut]
+    if 0 < cut < w:
+        out[:, cut - 1] = (255, 220, 0)
+    return out
+
+
+def difference_count(a: np.ndarray, b: np.ndarray) -> int:
+    """How many pixels differ between two frames of the same size."""
+    if a.shape != b.shape:
+        raise ValueError(f"frames differ in size: {a.shape} vs {b.shape}")
+    return int(np.any(a != b, axis=-1).sum())
+
+
+def problems_table(run: Run) -> pd.DataFrame:
+    """The run's problems as rows ``where, severity, message`` (``where`` is file:line)."""
+    return pd.DataFrame([(f"{p.file}:{p.line}" if p.line else p.file, p.severity, p.message) for p in run.problems],
+                        columns=["where", "severity", "message"])
+
+
+def runs_overview(runs: list[Run], root: Path) -> pd.DataFrame:
+    """One row per run for the Runs page, keyed by its path relative to ``root``."""
+    root = root.resolve()
+    rows = []
+    for r in runs:
+        s = r.summary()
+        try:
+            key = r.path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue
+        rows.append({
+            "key": key, "task": s["task"], "method": s["method"], "ablations": s["ablations"] or "—",
+            "seed": s["seed"], "steps": s["steps"], "budget": s["budget"], "lives": s["lives"],
+            "deaths": s["deaths"], "milestones": f"{s['milestones']}/{s['milestones_total']}",
+            "milestones_reached": s["milestones"], "milestones_total": s["milestones_total"],
+            "status": s["status"], "episodes": s["episodes"], "problems": s["problems"],
+        })
+    return pd.DataFrame(rows, columns=["key", "task", "method", "ablations", "seed", "steps", "budget", "lives",
+                                       "deaths", "milestones", "milestones_reached", "milestones_total", "status",
+                                       "episodes", "problems"])
+
+
+def milestone_steps(runs: list[Run], root: Path) -> pd.DataFrame:
+    """When each run first reached each milestone: ``run, method, milestone, order, step``."""
+    rows = []
+    for r in runs:
+        m = r.manifest
+        if m is None:
+            continue
+        order = list(m.milestone_order)
+        key = r.path.resolve().relative_to(root.resolve()).as_posix() if root.resolve() in r.path.resolve().parents \
+            else r.name
+        for name, step in m.milestones.items():
+            rows.append((key, m.method, name, order.index(name) if name in order else len(order), int(step)))
+    return pd.DataFrame(rows, columns=["run", "method", "milestone", "order", "step"])
+
