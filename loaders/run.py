@@ -44,7 +44,7 @@ TABLE_NAMES = {
 def signature(run_dir: Path) -> tuple:
     """Sizes and modification times of a run's files: changes whenever the run is written."""
     out = []
-    names = (MANIFEST, *TABLES) if run_dir.is_dir() else ("",)
+    names = (MANIFEST, *TABLES, "data.json") if run_dir.is_dir() else ("",)
     for name in names:
         try:
             st = os.stat(run_dir / name if name else run_dir)
@@ -55,12 +55,18 @@ def signature(run_dir: Path) -> tuple:
 
 
 def _flatten(rec: Any) -> dict[str, Any]:
+    """A record as a flat row: string lists stay lists, objects and lists of objects become
+    JSON text (so every row of a column has the same type)."""
+    kinds = type(rec).KINDS
     d = {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)}
     for k, v in d.items():
-        if isinstance(v, dict):
-            d[k] = json.dumps(v, sort_keys=True)
+        kind = kinds[k].rstrip("?")
+        if v is None:
+            continue
+        if kind in ("dict", "counts", "list"):
+            d[k] = json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
         elif isinstance(v, tuple):
-            d[k] = list(v) if all(isinstance(x, (str, int, float)) for x in v) else json.dumps(list(v))
+            d[k] = list(v)
     return d
 
 

@@ -43,6 +43,23 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return subprocess.call(cmd, env=env)
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """Convert a foreign run (or ours) into our run format, then validate what was written."""
+    from loaders.convert import import_runs
+    from mfm.validate import validate
+
+    try:
+        written = import_runs(Path(args.src), Path(args.dest))
+    except (ValueError, FileExistsError) as e:
+        print(f"mfm import: {e}", file=sys.stderr)
+        return 2
+    for d in written:
+        c = validate(d)
+        print(f"{d}: {len(c.tables['index.jsonl'])} episodes, {len(c.tables['steps.jsonl'])} steps; "
+              f"{len(c.errors)} error(s), {len(c.problems) - len(c.errors)} warning(s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mfm", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -51,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("runs", nargs="+", help="run directories")
     v.add_argument("--frames", action="store_true", help="also decode every frame strip")
     v.set_defaults(func=cmd_validate)
+
+    i = sub.add_parser("import", help="convert an MFM export/run or a Crafter recording into our run format")
+    i.add_argument("src", help="the run to read (folder, data.json export folder, or .npz/recorder folder)")
+    i.add_argument("dest", help="a new folder to write")
+    i.set_defaults(func=cmd_import)
 
     d = sub.add_parser("dashboard", help="start the dashboard")
     d.add_argument("root", nargs="?", default="sample_runs", help="runs root (default: sample_runs)")

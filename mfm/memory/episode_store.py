@@ -35,7 +35,17 @@ def frame_hash(frame: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(frame).tobytes(), digest_size=8).hexdigest()
 
 
-def _dump(obj: Any) -> bytes:
+def write_strips(root: Path, episode_path: str, frames: list[np.ndarray]) -> None:
+    """Write an episode's per-step frames as PNG strips of up to FRAMES_PER_CHUNK frames."""
+    for start in range(0, len(frames), FRAMES_PER_CHUNK):
+        chunk_path, _ = frame_chunk(episode_path, start)
+        strip = np.concatenate(frames[start:start + FRAMES_PER_CHUNK], axis=0)
+        (root / chunk_path).parent.mkdir(parents=True, exist_ok=True)
+        (root / chunk_path).write_bytes(encode_png(strip))
+
+
+def dump_json(obj: Any) -> bytes:
+    """The bytes of a JSON record file (indented, UTF-8, newline at the end)."""
     return (json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
@@ -97,17 +107,13 @@ class EpisodeStore:
             raise FileExistsError(f"{rec.path} is already finalized; finished episodes are never rewritten")
         (ep_dir / "observation").mkdir(parents=True, exist_ok=True)
         (ep_dir / "state").mkdir(exist_ok=True)
-        for start in range(0, len(rec.frames), FRAMES_PER_CHUNK):
-            chunk_path, _ = frame_chunk(rec.path, start)
-            strip = np.concatenate(rec.frames[start:start + FRAMES_PER_CHUNK], axis=0)
-            (self.root / chunk_path).parent.mkdir(exist_ok=True)
-            (self.root / chunk_path).write_bytes(encode_png(strip))
+        write_strips(self.root, rec.path, rec.frames)
         (ep_dir / "observation" / "image.png").write_bytes(encode_png(observation))
-        (ep_dir / "state" / "state.json").write_bytes(_dump(state))
+        (ep_dir / "state" / "state.json").write_bytes(dump_json(state))
         action = {"turn": rec.turn, "first_step": rec.first_step, **rec.action}
-        (ep_dir / "action.json").write_bytes(_dump(action))
+        (ep_dir / "action.json").write_bytes(dump_json(action))
         full_outcome = {"last_step": rec.last_step, "tags": tags, "events": events, **outcome}
-        (ep_dir / "outcome.json").write_bytes(_dump(full_outcome))
+        (ep_dir / "outcome.json").write_bytes(dump_json(full_outcome))
         return IndexRow(
             id=rec.id, kind=rec.kind, action_kind=rec.action_kind, first_step=rec.first_step,
             last_step=rec.last_step, summary=summary, tags=tuple(tags), x=x, y=y, path=rec.path,

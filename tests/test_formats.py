@@ -1,0 +1,156 @@
+"""Foreign runs: the original MFM project's export and Crafter's own recorder, in place and imported."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import crafter
+import numpy as np
+import pytest
+
+from loaders import find_runs, open_run
+from loaders.convert import import_runs
+from mfm.cli import main
+from mfm.memory.retrieval import FrameError
+from mfm.validate import validate
+
+from conftest import REPO
+
+EXPORT = Path(os.environ.get("MFM_SHARED", REPO.parent / "shared")) / "mfm_export" / "abaw3_mfmskills"
+
+
+@pytest.fixture(scope="module")
+def export_dir() -> Path:
+    if not (EXPORT / "data.json").is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"the shared MFM export is missing at {EXPORT}")
+        pytest.skip(f"the shared MFM export is not at {EXPORT} (set MFM_SHARED)")
+    return EXPORT
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory) -> Path:
+    """Two episodes recorded by the real crafter.Recorder with a seeded random policy."""
+    d = tmp_path_factory.mktemp("rec")
+    env = crafter.Recorder(crafter.Env(seed=5, length=150), str(d), save_stats=True, save_episode=True,
+                           save_video=False)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        env.reset()
+        done = False
+        while not done:
+            _, _, done, _ = env.step(int(rng.integers(0, 17)))
+    return d
+
+
+def test_export_opens_in_place(export_dir: Path):
+    raw = json.loads((export_dir / "data.json").read_text())
+    run = open_run(export_dir)
+    assert run.format == "mfm-export" and run.is_3d
+    assert run.problems == []
+    assert [r.id for r in run.records("index.jsonl")] == [r["id"] for r in raw["index"]]
+    assert len(run.grid()) == len(raw["grid"]["cells"])
+    assert len(run.turns()) == len(raw["turns"])
+    m = run.manifest
+    assert m.milestones == raw["run"]["milestones"]["achieved"]
+    assert list(m.milestone_order) == raw["run"]["milestones"]["order"]
+    assert m.method == raw["run"]["memory_mode"] and m.task == raw["run"]["task"]
+    for path, text in raw["mine"]["files"].items():
+        assert run.memory_file(path) == text or run.memory_file(path).rstrip("\n") == text.rstrip("\n")
+    first = raw["mine"]["history"]["mine/notes.md"][0]
+    assert run.memory_file("mine/notes.md", as_of_step=first["step"] - 1) is None
+    assert run.memory_file("mine/notes.md", as_of_step=first["step"]).splitlines() == first["added"]
+    ep = raw["index"][5]["id"]
+    assert run.episode_record(ep).action == json.loads(raw["episodes"][ep]["action"])
+    with pytest.raises(FrameError, match="not included"):
+        run.observation(ep)
+    with pytest.raises(FrameError):
+        run.frame(10)
+
+
+def test_export_targets_use_the_horizontal_plane(export_dir: Path):
+    raw = json.loads((export_dir / "data.json").read_text())
+    run = open_run(export_dir)
+    targets = [t for ts in run.turns()["targets"] for t in json.loads(ts)]
+    actions = [json.loads(e["action"]) for e in raw["episodes"].values() if e.get("action")]
+    go_to = [a["entry"]["args"] for a in actions if a.get("entry", {}).get("procedure") in ("go_to", "look_at")]
+    assert go_to and len(targets) == len(go_to)
+    assert {(t["x"], t["y"]) for t in targets} == {(a["x"], a["z"]) for a in go_to}
+
+
+def test_export_with_frames_and_damage(export_dir: Path, tmp_path: Path):
+    d = tmp_path / "export"
+    d.mkdir()
+    raw = json.loads((export_dir / "data.json").read_text())
+    raw["index"][3] = {"id": "bad"}
+    raw["grid"]["cells"].append([1, 2])
+    (d / "data.json").write_text(json.dumps(raw))
+    (d / "frames").mkdir()
+    from PIL import Image
+
+    Image.fromarray(np.full((36, 64, 3), 90, np.uint8)).save(d / "frames" / f"{raw['index'][1]['id']}.jpg")
+    run = open_run(d)
+    where = {(p.file, p.line) for p in run.problems}
+    assert ("data.json › index.jsonl", 4) in where
+    assert ("data.json › grid.jsonl", len(raw["grid"]["cells"])) in where
+    assert run.observation(raw["index"][1]["id"]).shape == (36, 64, 3)
+    (d / "data.json").write_text('{"run": {"name": "x"}, "index": [')
+    broken = open_run(d)
+    assert broken.records("index.jsonl") == [] and broken.problems[0].file == "data.json"
+
+
+def test_crafter_recording_opens_in_place(recording: Path):
+    paths = find_runs(recording)
+    assert len(paths) == 2 and all(p.suffix == ".npz" for p in paths)
+    for p in paths:
+        raw = np.load(p)
+        run = open_run(p)
+        assert run.format == "crafter-recorder" and run.problems == []
+        n = len(raw["action"]) - 1
+        steps = run.steps()
+        assert list(steps["step"]) == list(range(1, n + 1))
+        assert list(steps["x"]) == list(raw["player_pos"][1:, 0])
+        for s in (1, n // 2, n):
+            assert np.array_equal(run.frame(s), raw["image"][s])
+        firsts = {k[12:]: int(np.flatnonzero(raw[k] > 0)[0]) for k in raw.files
+                  if k.startswith("achievement_") and raw[k].any()}
+        assert run.manifest.milestones == firsts
+        assert dict(zip(run.milestones()["name"], run.milestones()["step"])) == firsts
+        died = raw["discount"][-1] == 0
+        assert (len(run.lives()) == 1) == died
+        eps = run.records("index.jsonl")
+        assert sum(r.frames for r in eps) == n
+        assert run.turns().empty and run.memory_writes().empty
+
+
+@pytest.mark.parametrize("which", ["export", "recording"])
+def test_import_is_lossless_for_what_both_share(which, export_dir, recording, tmp_path):
+    src = export_dir if which == "export" else recording
+    written = import_runs(src, tmp_path / "out")
+    originals = [open_run(src)] if which == "export" else [open_run(p) for p in find_runs(src)]
+    assert len(written) == len(originals)
+    for dest, orig in zip(written, originals):
+        c = validate(dest, frames=True)
+        assert c.errors == [], c.errors
+        ours = open_run(dest)
+        assert ours.format == "mfm"
+        for name in ("grid.jsonl", "turns.jsonl", "memory_writes.jsonl", "milestones.jsonl", "lives.jsonl",
+                     "steps.jsonl"):
+            assert ours.records(name) == orig.records(name), name
+        a, b = orig.records("index.jsonl"), ours.records("index.jsonl")
+        assert [(r.id, r.summary, r.tags, r.first_step, r.last_step, r.x, r.y, r.z) for r in a] == \
+               [(r.id, r.summary, r.tags, r.first_step, r.last_step, r.x, r.y, r.z) for r in b]
+        for r in a[1:4]:
+            assert ours.episode_record(r.id).action == orig.episode_record(r.id).action
+        if which == "recording":
+            n = len(ours.steps())
+            assert all(np.array_equal(ours.frame(s), orig.frame(s)) for s in range(1, n + 1))
+        assert ours.manifest.config["imported_from"]["format"] == orig.format
+    assert main(["import", str(src), str(tmp_path / "out")]) == 2
+
+
+def test_import_refuses_what_it_cannot_read(tmp_path: Path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["import", str(tmp_path / "empty"), str(tmp_path / "x")]) == 2
+    assert "no run in a format" in capsys.readouterr().err
