@@ -35,6 +35,14 @@ STALE_SECONDS = 300
 """A run whose manifest still says running but whose files have not changed for this long
 is shown as crashed (its writer is gone)."""
 
+SAFE_DUCKDB = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "python_enable_replacements": False,
+    "lock_configuration": True,
+}
+
 TABLE_NAMES = {
     "index.jsonl": "episodes", "steps.jsonl": "steps", "turns.jsonl": "turns", "grid.jsonl": "grid",
     "milestones.jsonl": "milestones", "lives.jsonl": "lives", "memory_writes.jsonl": "memory_writes",
@@ -163,8 +171,12 @@ class Run:
 
     @cached_property
     def db(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB with one view per table (derived, rebuilt from the files)."""
-        con = duckdb.connect(":memory:")
+        """An in-memory DuckDB with one view per table (derived, rebuilt from the files).
+
+        Locked down for SQL typed by users: no file system or network access (no COPY TO,
+        ATTACH, read_csv of paths), no extensions, no scanning of Python variables, and the
+        configuration cannot be changed back."""
+        con = duckdb.connect(":memory:", config=SAFE_DUCKDB)
         for name in TABLE_NAMES.values():
             con.register(name, self.table(name))
         return con
