@@ -11,7 +11,7 @@ from typing import Any
 
 from mfm.memory.agent_memory import apply_diff, sha256
 from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, MemoryWrite, Problem, RunManifest,
-                        StepRow, read_manifest, read_table)
+                        StepRow, frame_chunk, read_manifest, read_table)
 
 
 @dataclass
@@ -130,9 +130,8 @@ def validate(run_dir: Path, frames: bool = False) -> RunContents:
             p = run_dir / rel if rel == r.image else base / rel
             if not p.is_file():
                 c.problems.append(Problem("index.jsonl", n, f"{r.id}: {p.relative_to(run_dir)} is missing", "warning"))
-        chunks = -(-r.frames // FRAMES_PER_CHUNK)
-        for k in range(chunks):
-            p = base / "frames" / f"{k:05d}.png"
+        for k in range(-(-r.frames // FRAMES_PER_CHUNK)):
+            p = run_dir / frame_chunk(r.path, k * FRAMES_PER_CHUNK)[0]
             if not p.is_file():
                 c.problems.append(Problem("index.jsonl", n, f"{r.id}: frame strip {p.relative_to(run_dir)} is missing"))
             elif frames:

@@ -91,11 +91,11 @@ def test_duplicate_ids_out_of_order_steps_and_orphans(written_run, tmp_path):
 def test_missing_frame_strip_and_corrupt_png(written_run, tmp_path):
     run = _damage(written_run, tmp_path)
     ep1, ep2 = written_run.episodes[1], written_run.episodes[2]
-    (run / ep1.path / "frames/00000.png").unlink()
-    (run / ep2.path / "frames/00000.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+    (run / ep1.path / "frames/00000.webp").unlink()
+    (run / ep2.path / "frames/00000.webp").write_bytes(b"RIFF....WEBPnot really")
     c = validate(run, frames=True)
     assert any("frame strip" in p.message and "missing" in p.message for p in c.errors)
-    assert any(p.file == f"{ep2.path}/frames/00000.png" and "not a readable image" in p.message for p in c.errors)
+    assert any(p.file == f"{ep2.path}/frames/00000.webp" and "not a readable image" in p.message for p in c.errors)
 
 
 def test_memory_history_damage_is_reported(written_run, tmp_path):
