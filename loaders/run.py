@@ -62,27 +62,24 @@ def signature(run_dir: Path) -> tuple:
     return tuple(out)
 
 
-def _flatten(rec: Any) -> dict[str, Any]:
-    """A record as a flat row: string lists stay lists, objects and lists of objects become
+def _column(values: list, kind: str) -> list:
+    """One column of a table: string lists stay lists, objects and lists of objects become
     JSON text (so every row of a column has the same type)."""
-    kinds = type(rec).KINDS
-    d = {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)}
-    for k, v in d.items():
-        kind = kinds[k].rstrip("?")
-        if v is None:
-            continue
-        if kind in ("dict", "counts", "list"):
-            d[k] = json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
-        elif isinstance(v, tuple):
-            d[k] = list(v)
-    return d
+    if kind in ("dict", "counts", "list"):
+        return [None if v is None else json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
+                for v in values]
+    if kind in ("strs", "cell", "vec2"):
+        return [None if v is None else list(v) for v in values]
+    return values
 
 
 def _frame(records: list, rtype: type) -> pd.DataFrame:
+    """A DataFrame with one column per record field, in field order."""
     cols = [f.name for f in dataclasses.fields(rtype)]
     if not records:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    return pd.DataFrame([_flatten(r) for r in records], columns=cols)
+    return pd.DataFrame({c: _column([getattr(r, c) for r in records], rtype.KINDS[c].rstrip("?")) for c in cols},
+                        columns=cols)
 
 
 class Run:

@@ -158,16 +158,19 @@ class Record:
         if not isinstance(obj, dict):
             raise SchemaError(f"expected a JSON object, got {type(obj).__name__}")
         kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            if f.name not in obj or obj[f.name] is None and _has_default(f):
-                if not _has_default(f):
-                    raise SchemaError(f"missing field '{f.name}'")
+        for name, check, optional, choices in _spec(cls):
+            v = obj.get(name)
+            if v is None:
+                if not optional:
+                    if name in obj and cls.KINDS[name].endswith("?"):
+                        kwargs[name] = None
+                        continue
+                    raise SchemaError(f"missing field '{name}'")
                 continue
-            v = _check(f.name, cls.KINDS[f.name], obj[f.name])
-            choices = cls.CHOICES.get(f.name)
-            if choices and v is not None and v not in choices:
-                raise SchemaError(f"{f.name} must be one of {', '.join(choices)}; got {v!r}")
-            kwargs[f.name] = v
+            v = check(name, v)
+            if choices and v not in choices:
+                raise SchemaError(f"{name} must be one of {', '.join(choices)}; got {v!r}")
+            kwargs[name] = v
         rec = cls(**kwargs)
         rec.check()
         return rec
@@ -178,6 +181,32 @@ class Record:
 
 def _has_default(f: dataclasses.Field) -> bool:
     return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+_SPECS: dict[type, list[tuple[str, Any, bool, tuple[str, ...] | None]]] = {}
+
+
+def _spec(cls: type) -> list[tuple[str, Any, bool, tuple[str, ...] | None]]:
+    """Per record type, once: (field, checker, has a default, allowed values) in field order."""
+    spec = _SPECS.get(cls)
+    if spec is None:
+        spec = [(f.name, _checker(cls.KINDS[f.name]), _has_default(f), cls.CHOICES.get(f.name))
+                for f in dataclasses.fields(cls)]
+        _SPECS[cls] = spec
+    return spec
+
+
+def _checker(kind: str) -> Any:
+    """A fast checker for one field kind (plain ints, strings and in-range numbers pass at
+    once; anything else goes through :func:`_check` for the normalisation or the message)."""
+    base = kind.rstrip("?")
+    if base == "int":
+        return lambda name, v: v if type(v) is int and v >= 0 else _check(name, kind, v)
+    if base == "str":
+        return lambda name, v: v if type(v) is str else _check(name, kind, v)
+    if base == "num":
+        return lambda name, v: v if type(v) in (int, float) and -MAX_COORD <= v <= MAX_COORD else _check(name, kind, v)
+    return lambda name, v: _check(name, kind, v)
 
 
 @dataclass(frozen=True, slots=True)
