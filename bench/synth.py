@@ -46,7 +46,8 @@ def make_run(out: Path, steps: int = 36_000, seed: int = 0, method: str = "mfm",
     seen: set[tuple[int, int]] = set()
     milestone_steps = sorted(rng.choice(np.arange(100, steps), size=min(len(t.milestones), steps // 200),
                                         replace=False))
-    deaths = set(int(s) for s in rng.choice(np.arange(500, steps), size=max(1, steps // 6000), replace=False))
+    deaths = set(int(s) for s in rng.choice(np.arange(min(500, steps // 2), steps), size=max(1, steps // 6000),
+                                            replace=False))
     plan: list[dict] = []
     while step < steps:
         n_eps = int(rng.integers(1, 4))
