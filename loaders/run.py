@@ -137,7 +137,8 @@ class Run:
         with self._lock:
             if name not in self._frames:
                 file = {v: k for k, v in TABLE_NAMES.items()}[name]
-                df = _frame(self.records(file), TABLES[file])
+                fast = self._c.columns.get(file)
+                df = fast.copy() if fast is not None else _frame(self.records(file), TABLES[file])
                 if name == "grid" and len(df):
                     df["x"] = [c[0] for c in df["cell"]]
                     df["y"] = [c[1] for c in df["cell"]]

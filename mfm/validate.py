@@ -5,10 +5,16 @@ dashboard and ``mfm validate`` report the same problems for the same files.
 """
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from mfm.fastread import read_columns
 from mfm.memory.agent_memory import apply_diff, sha256
 from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, MemoryWrite, Problem, RunManifest,
                         StepRow, frame_chunk, read_manifest, read_table)
@@ -20,13 +26,63 @@ class RunContents:
 
     dir: Path
     manifest: RunManifest | None
-    tables: dict[str, list[Any]] = field(default_factory=dict)
-    lines: dict[str, list[int]] = field(default_factory=dict)
+    tables: dict[str, Sequence[Any]] = field(default_factory=dict)
+    lines: dict[str, Sequence[int]] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    columns: dict[str, pd.DataFrame] = field(default_factory=dict)
+    """Tables read by the fast path, as columns (their records are built only if asked for)."""
 
     @property
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == "error"]
+
+
+FAST_TABLES = {"steps.jsonl": "step", "grid.jsonl": None}
+"""Large tables worth the fast path, and the column each must be ordered by."""
+
+
+class LazyRecords(Sequence):
+    """Records of a table read as columns; built the first time one is asked for."""
+
+    def __init__(self, df: pd.DataFrame, rtype: type) -> None:
+        self.df = df
+        self.rtype = rtype
+        self._rows: list | None = None
+
+    def __len__(self) -> int:
+        return len(self.df)
+
+    def _build(self) -> list:
+        if self._rows is None:
+            kinds = self.rtype.KINDS
+            cols = {c: self.df[c].tolist() for c in self.df.columns}
+            conv = {c: _converter(kinds[c]) for c in cols}
+            self._rows = [self.rtype(**{c: conv[c](cols[c][i]) for c in cols}) for i in range(len(self.df))]
+        return self._rows
+
+    def __getitem__(self, i):
+        return self._build()[i]
+
+    def __iter__(self):
+        return iter(self._build())
+
+
+def _converter(kind: str):
+    """Turn a column value back into the record's field value."""
+    base = kind.rstrip("?")
+
+    def missing(v: Any) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
+
+    if base in ("dict", "counts"):
+        return lambda v: None if missing(v) else json.loads(v)
+    if base == "list":
+        return lambda v: None if missing(v) else tuple(json.loads(v))
+    if base in ("strs", "cell", "vec2"):
+        return lambda v: None if v is None else tuple(v.tolist() if hasattr(v, "tolist") else v)
+    if base == "int":
+        return lambda v: None if missing(v) else int(v)
+    return lambda v: None if missing(v) else v
 
 
 def looks_like_run(path: Path) -> bool:
@@ -47,6 +103,13 @@ def read_run(run_dir: Path) -> RunContents:
     manifest, problems = read_manifest(run_dir)
     out = RunContents(run_dir, manifest, problems=problems)
     for name, rtype in TABLES.items():
+        if name in FAST_TABLES:
+            df = read_columns(run_dir / name, rtype, FAST_TABLES[name])
+            if df is not None:
+                out.columns[name] = df
+                out.tables[name] = LazyRecords(df, rtype)
+                out.lines[name] = range(1, len(df) + 1)
+                continue
         rows, probs = read_table(run_dir / name, rtype)
         out.problems += probs
         out.tables[name] = [r for _, r in rows]
@@ -71,6 +134,8 @@ def _dedupe_index(c: RunContents) -> None:
 
 
 def _check_steps_order(c: RunContents) -> None:
+    if "steps.jsonl" in c.columns:
+        return
     last = -1
     rows: list[StepRow] = []
     lines = []
@@ -145,9 +210,11 @@ def validate(run_dir: Path, frames: bool = False) -> RunContents:
                                           "warning"))
     if c.manifest is not None:
         steps = c.tables["steps.jsonl"]
-        if steps and steps[-1].step > c.manifest.step_budget:
+        last = int(c.columns["steps.jsonl"]["step"].iloc[-1]) if "steps.jsonl" in c.columns else (
+            steps[-1].step if steps else 0)
+        if last > c.manifest.step_budget:
             c.problems.append(Problem("steps.jsonl", c.lines["steps.jsonl"][-1],
-                                      f"step {steps[-1].step} exceeds the budget {c.manifest.step_budget}", "warning"))
+                                      f"step {last} exceeds the budget {c.manifest.step_budget}", "warning"))
     if not (run_dir / LOGS).exists() and index:
         c.problems.append(Problem(LOGS, 0, "missing (the human-readable log)", "warning"))
     return c

@@ -119,3 +119,36 @@ def test_folders_that_are_not_runs(tmp_path, setup, message, capsys):
     c = validate(d)
     assert any(message in p.message for p in c.errors)
     assert main(["validate", str(d)]) == 1
+
+
+def test_fast_path_reads_what_the_tolerant_reader_reads(written_run, tmp_path, monkeypatch):
+    import mfm.fastread
+    from mfm.fastread import read_columns
+    from mfm.schema import GridRow, StepRow, read_table
+
+    monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+    for name, rtype, order in (("steps.jsonl", StepRow, "step"), ("grid.jsonl", GridRow, None)):
+        df = read_columns(written_run.dir / name, rtype, order)
+        assert df is not None, name
+        c = validate(written_run.dir)
+        assert name in c.columns
+        slow = [r for _, r in read_table(written_run.dir / name, rtype)[0]]
+        assert list(c.tables[name]) == slow
+
+
+@pytest.mark.parametrize("damage", [
+    lambda ls: ls[:3] + [b'{"step": "7"}\n'] + ls[3:],
+    lambda ls: ls[:5] + [ls[4]] + ls[5:],
+    lambda ls: ls[:-1] + [ls[-1][:20]],
+    lambda ls: ls[:2] + [ls[2].replace(b'"episode":"', b'"episode":1,"x":"')] + ls[3:],
+])
+def test_fast_path_falls_back_on_any_damage(written_run, tmp_path, monkeypatch, damage):
+    import mfm.fastread
+
+    monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+    run = _damage(written_run, tmp_path)
+    p = run / "steps.jsonl"
+    p.write_bytes(b"".join(damage(p.read_bytes().splitlines(keepends=True))))
+    c = validate(run)
+    assert "steps.jsonl" not in c.columns
+    assert [x for x in c.problems if x.file == "steps.jsonl"], "the tolerant reader reports the damage"
