@@ -25,11 +25,12 @@ import numpy as np
 import pandas as pd
 
 from loaders.formats import detect, source_for
-from loaders.sources import Source
+from loaders.sources import DirSource, Source
 from mfm.memory.agent_memory import blame, rebuild
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError
-from mfm.schema import MANIFEST, TABLES, IndexRow, Problem, RunManifest
+from mfm.schema import MANIFEST, TABLES, IndexRow, LifeEvent, Problem, RunManifest, read_manifest, read_table
+from mfm.validate import RunContents
 
 STALE_SECONDS = 300
 """A run whose manifest still says running but whose files have not changed for this long
@@ -88,7 +89,8 @@ class Run:
     def __init__(self, path: Path, source: Source, sig: tuple) -> None:
         self.path = Path(path)
         self.source = source
-        self._c = source.contents()
+        self._contents: RunContents | None = None
+        self._manifest: RunManifest | None = None
         self.signature = sig
         self._lock = threading.RLock()
         self._frames: dict[str, pd.DataFrame] = {}
@@ -108,7 +110,26 @@ class Run:
         return any(r.z is not None for r in self.records("index.jsonl")[:50])
 
     @property
+    def _c(self) -> RunContents:
+        """Everything in the run, read on first use."""
+        with self._lock:
+            if self._contents is None:
+                self._contents = self.source.contents()
+            return self._contents
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the run's tables have been read (and so its problems are known)."""
+        return self._contents is not None
+
+    @property
     def manifest(self) -> RunManifest | None:
+        """The manifest, read alone when the tables are not needed yet."""
+        if self._contents is None:
+            if self._manifest is None and isinstance(self.source, DirSource) and self.source.format == "mfm":
+                self._manifest = read_manifest(self.path)[0]
+            if self._manifest is not None:
+                return self._manifest
         return self._c.manifest
 
     @property
@@ -222,9 +243,12 @@ class Run:
         return blame(self.records("memory_writes.jsonl"), path, as_of_step)
 
     def summary(self) -> dict[str, Any]:
-        """One row for the runs table."""
+        """One row for the runs table. Cheap for a run not opened yet: the manifest, the lives
+        file and a line count of the index; ``problems`` is None until the run is read."""
         m = self.manifest
-        lives = self.records("lives.jsonl")
+        quick = not self.loaded and self._manifest is not None
+        lives = read_table(self.path / "lives.jsonl", LifeEvent)[0] if quick else self.records("lives.jsonl")
+        lives = [e for _, e in lives] if quick else lives
         order = list(m.milestone_order) if m else []
         reached = m.milestones if m else {}
         return {
@@ -234,8 +258,18 @@ class Run:
             "budget": m.step_budget if m else None, "lives": 1 + sum(e.event == "respawn" for e in lives),
             "deaths": sum(e.event == "death" for e in lives), "milestones": len(reached),
             "milestones_total": len(order), "status": self.status,
-            "episodes": len(self.records("index.jsonl")), "problems": len(self.problems),
+            "episodes": _count_lines(self.path / "index.jsonl") if quick else len(self.records("index.jsonl")),
+            "problems": None if quick else len(self.problems),
         }
+
+
+def _count_lines(path: Path) -> int:
+    """Complete lines of a file, without parsing them."""
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except OSError:
+        return 0
 
 
 _CACHE: dict[str, Run] = {}
