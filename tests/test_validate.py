@@ -152,3 +152,25 @@ def test_fast_path_falls_back_on_any_damage(written_run, tmp_path, monkeypatch, 
     c = validate(run)
     assert "steps.jsonl" not in c.columns
     assert [x for x in c.problems if x.file == "steps.jsonl"], "the tolerant reader reports the damage"
+
+
+def test_an_enormous_line_is_skipped_not_loaded(written_run, tmp_path):
+    from mfm.schema import MAX_LINE_BYTES
+
+    run = _damage(written_run, tmp_path)
+    p = run / "grid.jsonl"
+    lines = p.read_bytes().splitlines(keepends=True)
+    huge = b'{"cell": [1, 2], "kind": "walked", "step": 1, "item": "' + b"x" * (MAX_LINE_BYTES + 10) + b'"}\n'
+    p.write_bytes(b"".join(lines[:2] + [huge] + lines[2:]))
+    c = validate(run)
+    bad = [x for x in c.problems if x.file == "grid.jsonl"]
+    assert [(x.line, x.severity) for x in bad] == [(3, "error")] and "longer than" in bad[0].message
+    assert len(c.tables["grid.jsonl"]) == len(lines)
+
+
+def test_missing_and_empty_tables_are_an_empty_run_not_an_error(written_run, tmp_path):
+    run = _damage(written_run, tmp_path)
+    (run / "grid.jsonl").unlink()
+    (run / "turns.jsonl").write_bytes(b"")
+    c = validate(run)
+    assert c.errors == [] and c.tables["grid.jsonl"] == [] and c.tables["turns.jsonl"] == []
