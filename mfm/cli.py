@@ -60,6 +60,30 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the memory-driven Crafter agent and write a run directory."""
+    from mfm.agent.config import RunConfig
+    from mfm.agent.runner import Runner, command_line
+
+    out = Path(args.out) if args.out else Path("runs") / f"{args.task}_{args.method}_s{args.seed}"
+    config = RunConfig(task=args.task, method=args.method, seed=args.seed, steps=args.steps, out=out,
+                       ablations=tuple(args.ablation or ()), fixed_clock=args.fixed_clock,
+                       consolidate_every=args.consolidate_every)
+    argv = ["mfm", *sys.argv[1:]] if args.command_argv is None else args.command_argv
+    runner = Runner(config, command=command_line(argv), progress=not args.quiet)
+    try:
+        runner.run()
+    except KeyboardInterrupt:
+        pass
+    m = runner.writer.manifest
+    s = runner.summary()
+    reached = [n for n in m.milestone_order if n in m.milestones]
+    print(f"{out}: {m.status} ({m.end_reason}); {m.last_step} steps, {len(reached)}/{len(m.milestone_order)} milestones, "
+          f"{s['deaths']} deaths, {s['turns']} turns ({s['steps_per_turn']} steps/turn); resources found by "
+          f"inspection {sum(s['found_by_inspection'].values())}, by sight {sum(s['found_by_sight'].values())}")
+    return 0 if m.status == "finished" else 130
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mfm", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -78,6 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("root", nargs="?", default="sample_runs", help="runs root (default: sample_runs)")
     d.add_argument("--port", type=int, default=8501)
     d.set_defaults(func=cmd_dashboard)
+
+    r = sub.add_parser("run", help="run the memory-driven Crafter agent")
+    r.add_argument("--task", default="diamond", choices=("diamond", "all"))
+    r.add_argument("--method", default="mfm", help="memory mode (only 'mfm' is implemented)")
+    r.add_argument("--ablation", action="append", help="switch a memory component off (later issue)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--steps", type=int, default=None, help="env step budget (default: the task's)")
+    r.add_argument("--out", default=None, help="run directory (default: runs/TASK_METHOD_sSEED)")
+    r.add_argument("--fixed-clock", action="store_true", help="deterministic timestamps (byte-identical runs)")
+    r.add_argument("--consolidate-every", type=int, default=25, help="episodes between consolidations")
+    r.add_argument("--quiet", action="store_true", help="no progress line")
+    r.set_defaults(func=cmd_run, command_argv=None)
     return p
 
 

@@ -1,0 +1,611 @@
+"""The MFM policy: a turn-based scripted player whose only long-term memory is MFM memory.
+
+Each turn the policy sees the current :class:`~mfm.envs.Perception` and what the memory
+tools return: the spatial grid, GUIDE.md facts, the working.md plan, index searches and
+decoded stored frames. It keeps no global map in its head; a resource seen earlier is found
+again by searching the index and inspecting that episode's frames. It returns one
+:class:`Decision` (an atom or a stored procedure) per turn, and learns from the outcome.
+"""
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mfm.agent.atoms import CRAFT, HOSTILE, AtomResult, Atoms, visible
+from mfm.agent.mapping import DIRS, MINE_TOOL, WALKABLE, Cell, NavMap, cheb, l1
+from mfm.agent.tools import MemoryTools, Sighting
+from mfm.envs import Perception, Task
+from mfm.memory import Fact, ProceduralMemory, Procedure, Target, WorkingPlan
+from mfm.memory.consolidation import WORKING
+from mfm.schema import IndexRow
+
+RESOURCE_CAP = {"tree": 6, "water": 4, "stone": 4, "coal": 6, "iron": 8, "diamond": 8, "cow": 2}
+SEEK_BY_FRAMES = ("water", "tree", "stone", "coal", "iron", "diamond")
+MINERALS = frozenset({"stone", "coal", "iron", "diamond"})
+RESOURCE_SECTION = "Resources"
+
+
+@dataclass
+class Decision:
+    """What the policy does this turn: one atom or one procedure, and why."""
+
+    kind: str
+    name: str
+    args: dict[str, Any]
+    goal: str
+    targets: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+def res_key(name: str, cell: Cell) -> str:
+    return f"res:{name}@{cell[0]},{cell[1]}"
+
+
+def parse_cell_key(key: str) -> tuple[str, str, Cell] | None:
+    """``res:iron@40,12`` -> ("res", "iron", (40, 12))."""
+    if ":" not in key or "@" not in key:
+        return None
+    kind, rest = key.split(":", 1)
+    name, at = rest.split("@", 1)
+    try:
+        x, y = (int(v) for v in at.split(","))
+    except ValueError:
+        return None
+    return kind, name, (x, y)
+
+
+class MFMPolicy:
+    """Scripted competence (tech tree, survival, search) over MFM memory."""
+
+    name = "mfm-scripted"
+
+    def __init__(self, task: Task, procedures: ProceduralMemory, inspect_episodes: int = 16,
+                 inspect_stride: int = 2) -> None:
+        self.task = task
+        self.procedures = procedures
+        self.inspect_episodes = inspect_episodes
+        self.inspect_stride = inspect_stride
+        self.recent: deque[tuple[str, str, dict, str, str]] = deque(maxlen=6)
+        self.inspected_until = -1
+        self.failed: Counter[Cell] = Counter()
+        self.found = {"sight": Counter(), "inspection": Counter()}
+        self.used_inspection: list[dict] = []
+        self.inspect_sources: dict[Cell, tuple[str, ...]] = {}
+        self.contradictions: deque[str] = deque(maxlen=4)
+        self.seen: set[Cell] = set()
+        self._grid_seen_upto = 0
+        self.explore_target: Cell | None = None
+        self.idle = 0
+        self.goal = "start"
+        self.state_block = ""
+
+    # -- what memory says ---------------------------------------------------------------------
+    def _update_seen(self, tools: MemoryTools) -> None:
+        rows = tools.writer.grid.rows
+        for r in rows[self._grid_seen_upto:]:
+            if r.kind in ("walked", "opened"):
+                x, y = r.cell[0], r.cell[1]
+                for dx in range(-4, 5):
+                    for dy in range(-3, 4):
+                        self.seen.add((x + dx, y + dy))
+        self._grid_seen_upto = len(rows)
+
+    @staticmethod
+    def known(facts: dict[str, Fact], kind: str, name: str) -> list[Cell]:
+        out = []
+        for key in facts:
+            parsed = parse_cell_key(key)
+            if parsed and parsed[0] == kind and parsed[1] == name:
+                out.append(parsed[2])
+        return out
+
+    def resources(self, tools: MemoryTools) -> list[tuple[str, Cell]]:
+        """Resource and place facts as (tile name, cell), for routing."""
+        out = []
+        for key in tools.facts():
+            parsed = parse_cell_key(key)
+            if parsed and parsed[0] in ("res", "place"):
+                out.append((parsed[1], parsed[2]))
+        return out
+
+    def build_state(self, p: Perception, tools: MemoryTools, facts: dict[str, Fact]) -> str:
+        """The turn's state block (recorded as the turn's note)."""
+        done = [m for m in self.task.milestones if m in p.achievements]
+        nxt = next((m for m in self.task.milestones if m not in p.achievements), "-")
+        inv = " ".join(f"{k}:{v}" for k, v in sorted(p.inventory.items()) if v)
+        vit = " ".join(f"{k[0]}{v}" for k, v in p.vitals.items())
+        recent = "; ".join(f"{n}({a})->{lab}" for _, n, a, lab, _ in list(self.recent)[-3:])
+        kinds = Counter(r.kind for r in tools.writer.grid.rows)
+        view = Counter(n for _, _, n in p.local_cells() if n not in ("grass", "sand", "path"))
+        plan = tools.plan_targets()
+        lines = [
+            f"step {p.step} life {p.life} pos {p.pos} | milestones {len(done)}/{len(self.task.milestones)} next {nxt}",
+            f"vitals {vit} | daylight {p.daylight:.2f} | inv {inv or '-'}",
+            f"recent: {recent or '-'}",
+            "grid: " + " ".join(f"{k}={v}" for k, v in sorted(kinds.items())),
+            "view: " + " ".join(f"{k}={v}" for k, v in sorted(view.items())),
+            f"guide: {len(facts)} facts; plan: " + ("; ".join(f"({x},{y}) {lab}" for x, y, lab in plan) or "-"),
+        ]
+        return "\n".join(lines)
+
+    # -- finding things ----------------------------------------------------------------------
+    def _sight(self, p: Perception, names: set[str], tools: MemoryTools, facts: dict[str, Fact],
+               source: str | None) -> list[tuple[str, Cell]]:
+        """Wanted things in the current view; new ones are written as facts (direct sight)."""
+        hits = [h for h in visible(p, names) if self.failed[h[1]] < 2]
+        new, names_done = [], set()
+        for h in hits:
+            if h[0] in names_done or h[0] == "cow":
+                continue
+            names_done.add(h[0])
+            if res_key(*h) not in facts:
+                new.append(h)
+        if new:
+            for name, _ in new:
+                self.found["sight"][name] += 1
+            srcs = (source,) if source else ()
+            tools.consolidate([Fact(res_key(n, c), f"{n} at ({c[0]}, {c[1]}), seen directly", RESOURCE_SECTION, srcs)
+                               for n, c in new[:6]], None, "direct sight")
+        return hits
+
+    def _inspect(self, p: Perception, names: set[str], tools: MemoryTools, facts: dict[str, Fact]) -> bool:
+        """Search the index for episodes not yet inspected and decode their frames for ``names``."""
+        if p.step <= self.inspected_until + 1:
+            return False
+        lo = self.inspected_until + 1
+        refs = [r for r in tools.search(steps=(lo, p.step), near=p.pos, radius=40.0, kind="episode",
+                                        limit=self.inspect_episodes) if r.frames]
+        self.inspected_until = p.step
+        sightings: list[Sighting] = []
+        for ref in refs:
+            sightings += tools.inspect(ref, names | {"lava"}, self.inspect_stride)
+        new: dict[str, Fact] = {}
+        known_cells: dict[str, list[Cell]] = {}
+        for key in facts:
+            parsed = parse_cell_key(key)
+            if parsed:
+                known_cells.setdefault(parsed[1], []).append(parsed[2])
+        sightings.sort(key=lambda s: (l1(s.cell, p.pos), s.name, s.cell))
+        for s in sightings:
+            near = known_cells.setdefault(s.name, [])
+            cap = 2 if s.name in ("water", "tree", "stone") else 4
+            if any(l1(c, s.cell) <= 2 for c in near) or len([c for c in near]) >= cap + len(
+                    [k for k in facts if k.startswith(f"res:{s.name}@")]):
+                continue
+            near.append(s.cell)
+            key = (f"hazard:lava@{s.cell[0]},{s.cell[1]}" if s.name == "lava" else res_key(s.name, s.cell))
+            if key in facts or key in new or self.failed[s.cell] >= 2:
+                continue
+            if s.name == "lava":
+                new[key] = Fact(key, f"lava at ({s.cell[0]}, {s.cell[1]}), from a stored frame", "Hazards",
+                                (s.episode,))
+                continue
+            self.found["inspection"][s.name] += 1
+            self.inspect_sources[s.cell] = (s.episode,)
+            new[key] = Fact(key, f"{s.name} at ({s.cell[0]}, {s.cell[1]}), read from frame of step {s.step}",
+                            RESOURCE_SECTION, (s.episode,))
+        if new:
+            tools.consolidate(list(new.values()), None, "frame inspection")
+        return any(not k.startswith("hazard:") for k in new)
+
+    def _explore_target(self, p: Perception, names: set[str], facts: dict[str, Fact]) -> Cell:
+        """The nearest unexplored point, pulled towards mountains when rock is wanted."""
+        if self.explore_target and self.explore_target not in self.seen and self.failed[self.explore_target] < 2:
+            return self.explore_target
+        rocky = []
+        if names & MINERALS:
+            for n in ("stone", "coal", "iron", "diamond"):
+                rocky += self.known(facts, "res", n)
+            rocky += self.known(facts, "hazard", "lava")
+        best, best_score = None, float("inf")
+        for x in range(3, 61, 3):
+            for y in range(3, 61, 3):
+                c = (x, y)
+                if c in self.seen or self.failed[c] >= 2:
+                    continue
+                score = float(l1(c, p.pos))
+                if rocky:
+                    score += 0.7 * min(l1(c, r) for r in rocky)
+                if score < best_score:
+                    best, best_score = c, score
+        if best is None:
+            best = (max(3, min(60, 64 - p.pos[0])), max(3, min(60, 64 - p.pos[1])))
+        self.explore_target = best
+        return best
+
+    def seek(self, p: Perception, names: list[str], tools: MemoryTools, facts: dict[str, Fact],
+             source: str | None, why: str) -> Decision:
+        """Get the first wanted thing: in view, known in GUIDE.md, found in frames, or explore."""
+        want = set(names)
+        usable = {n for n in want if n not in MINE_TOOL or MINE_TOOL[n] in p.inventory and p.inventory[MINE_TOOL[n]]}
+        hits = [h for h in self._sight(p, usable, tools, facts, source)]
+        if hits:
+            name, cell = sorted(hits, key=lambda h: (names.index(h[0]), l1(h[1], p.pos)))[0]
+            return self._get(name, cell, why + " (in view)")
+        for attempt in range(2):
+            facts = tools.facts()
+            cands = [(n, c) for n in names if n in usable for c in self.known(facts, "res", n) if self.failed[c] < 2]
+            if cands:
+                name, cell = min(cands, key=lambda h: (l1(h[1], p.pos) + 8 * names.index(h[0]), h[1]))
+                d = self._get(name, cell, why + " (from memory)")
+                if cell in self.inspect_sources:
+                    self.used_inspection.append({"name": name, "x": cell[0], "y": cell[1], "step": p.step,
+                                                 "sources": list(self.inspect_sources[cell])})
+                return d
+            if attempt == 0 and not self._inspect(p, set(SEEK_BY_FRAMES) & (want | {"water", "iron", "diamond", "coal"}),
+                                                  tools, facts):
+                break
+        target = self._explore_target(p, want, facts)
+        return Decision("atom", "explore", {"x": target[0], "y": target[1], "stop_on": sorted(want)},
+                        why + " (explore)", [("go_to", target[0], target[1])])
+
+    def _get(self, name: str, cell: Cell, why: str) -> Decision:
+        if name == "water":
+            return Decision("atom", "drink", {"x": cell[0], "y": cell[1]}, why, [("go_to", cell[0], cell[1])])
+        if name == "cow":
+            return Decision("atom", "eat", {}, why, [("go_to", cell[0], cell[1])])
+        return Decision("atom", "collect", {"material": name, "x": cell[0], "y": cell[1]}, why,
+                        [("go_to", cell[0], cell[1])])
+
+    # -- deciding ----------------------------------------------------------------------------
+    def _station(self, p: Perception, facts: dict[str, Fact], furnace: bool, radius: int) -> tuple[Cell, Cell | None] | None:
+        tables = [t for t in self.known(facts, "place", "table") if l1(t, p.pos) <= radius]
+        furnaces = self.known(facts, "place", "furnace")
+        best = None
+        for t in sorted(tables, key=lambda t: l1(t, p.pos)):
+            f = next((f for f in furnaces if cheb(f, t) <= 2), None)
+            if furnace and f is None:
+                continue
+            best = (t, f)
+            break
+        return best
+
+    def _craft(self, item: str, st: tuple[Cell, Cell | None]) -> Decision:
+        t, f = st
+        args: dict[str, Any] = {"item": item, "table_x": t[0], "table_y": t[1]}
+        if CRAFT[item][1] == ("table", "furnace") and f is not None:
+            args.update(furnace_x=f[0], furnace_y=f[1])
+        return Decision("atom", "craft", args, f"make {item}", [("go_to", t[0], t[1])])
+
+    def _place_table(self, tool: str | None, why: str) -> Decision:
+        proc = self.procedures.load("table_tool")
+        if tool and proc is not None and not proc.disabled:
+            return Decision("procedure", "table_tool", {"tool": tool}, why + " (stored procedure)")
+        return Decision("atom", "place", {"item": "table"}, why)
+
+    def _sealed(self, p: Perception) -> bool:
+        """Whether the walkable cells reachable from the player (in view) form a closed pocket."""
+        region, todo = {p.pos}, [p.pos]
+        while todo:
+            c = todo.pop()
+            for dx, dy in DIRS.values():
+                n = (c[0] + dx, c[1] + dy)
+                ox, oy = n[0] - p.pos[0], n[1] - p.pos[1]
+                if abs(ox) > 4 or abs(oy) > 3:
+                    return False
+                name = p.tile(ox, oy)
+                if n in region or name not in WALKABLE | HOSTILE | {"cow", "arrow"}:
+                    continue
+                if name in HOSTILE or name == "arrow" or len(region) >= 4:
+                    return False
+                region.add(n)
+                todo.append(n)
+        return True
+
+    def decide(self, p: Perception, tools: MemoryTools, source: str | None) -> Decision:
+        """One decision from the perception and what memory returns."""
+        self._update_seen(tools)
+        facts = tools.facts()
+        self.state_block = self.build_state(p, tools, facts)
+        inv, v = p.inventory, p.vitals
+        if self.idle >= 3:
+            self.idle = 0
+            direction = ("left", "up", "right", "down")[p.step % 4]
+            return Decision("atom", "face", {"direction": direction}, "stuck: turn around")
+        if self.idle >= 2:
+            target = self._explore_target(p, {"tree"}, facts)
+            return Decision("atom", "explore", {"x": target[0], "y": target[1]}, "stuck: move on",
+                            [("go_to", *target)])
+        night = p.daylight < 0.4
+        dusk = p.daylight < 0.6 and 90 <= p.step % 300 <= 200
+        if self._sealed(p) and (night or v["energy"] < 7) and min(v["food"], v["drink"]) >= 1:
+            return Decision("atom", "sleep", {"until_day": True}, "rest in the shelter")
+        foes = [f for f in visible(p, HOSTILE) if l1(f[1], p.pos) <= (1 if f[0] == "zombie" else 3)]
+        if foes and not p.sleeping:
+            return Decision("atom", "attack", {}, f"fight the {foes[0][0]} next to me")
+        if v["drink"] <= 3 or (v["drink"] <= 6 and visible(p, {"water"}) and l1(visible(p, {"water"})[0][1], p.pos) <= 4):
+            return self.seek(p, ["water"], tools, facts, source, "thirsty")
+        if v["food"] <= 3 or (v["food"] <= 6 and visible(p, {"cow"}) and l1(visible(p, {"cow"})[0][1], p.pos) <= 4):
+            cows = visible(p, {"cow"})
+            if cows:
+                return Decision("atom", "eat", {}, "hungry: cow in view", [("go_to", *cows[0][1])])
+            if v["food"] <= 3:
+                target = self._explore_target(p, {"cow", "tree"}, facts)
+                return Decision("atom", "explore", {"x": target[0], "y": target[1], "stop_on": ["cow"]},
+                                "hungry: look for cows", [("go_to", *target)])
+        if v["energy"] <= 2 or night or dusk or (p.sleeping and v["energy"] < 9):
+            d = self._rest(p, tools, facts)
+            if d is not None:
+                return d
+        return self._progress(p, tools, facts, source)
+
+    def _rest(self, p: Perception, tools: MemoryTools, facts: dict[str, Fact]) -> Decision | None:
+        if self._sealed(p):
+            return Decision("atom", "sleep", {"until_day": True}, "rest in the shelter")
+        has_pick = p.inventory.get("wood_pickaxe", 0) > 0
+        if has_pick and p.inventory.get("stone", 0) >= 1:
+            probe = Atoms(_StillBody(p), _view_nav(p))
+            sites = [c for c in probe.pocket_sites() if self.failed[c] < 2]
+            if sites and sites[0] != p.pos:
+                return Decision("atom", "go_to", {"x": sites[0][0], "y": sites[0][1]},
+                                "night: go where I can dig in", [("go_to", *sites[0])])
+            if sites:
+                proc = self.procedures.load("safe_sleep")
+                if proc is not None and not proc.disabled:
+                    return Decision("procedure", "safe_sleep", {}, "night: dig in and sleep (stored procedure)")
+                return Decision("atom", "shelter", {}, "night: dig a pocket to sleep in")
+            rock = [c for _, c in visible(p, {"stone"}) if l1(c, p.pos) > 2]
+            if not rock:
+                rock = sorted(self.known(facts, "res", "stone"), key=lambda c: l1(c, p.pos))[:1]
+            if rock and l1(rock[0], p.pos) <= 20 and self.failed[rock[0]] < 2:
+                return Decision("atom", "go_to", {"x": rock[0][0], "y": rock[0][1], "adjacent": True},
+                                "night: go to rock for a shelter", [("go_to", *rock[0])])
+        if p.vitals["energy"] <= 1:
+            return Decision("atom", "sleep", {}, "exhausted: sleep where I stand")
+        return None
+
+    def _progress(self, p: Perception, tools: MemoryTools, facts: dict[str, Fact], source: str | None) -> Decision:
+        inv = p.inventory
+        has = lambda k: inv.get(k, 0) > 0  # noqa: E731
+        near_table = self._station(p, facts, False, 12)
+        if not has("wood_pickaxe"):
+            if inv["wood"] < (3 if near_table else 5):
+                return self.seek(p, ["tree"], tools, facts, source, "need wood for table and pickaxe")
+            if near_table is None:
+                return self._place_table("wood_pickaxe", "place a table")
+            return self._craft("wood_pickaxe", near_table)
+        if not has("wood_sword") and inv["wood"] >= 2 and near_table and l1(near_table[0], p.pos) <= 4:
+            return self._craft("wood_sword", near_table)
+        if not has("stone_pickaxe"):
+            if inv["wood"] < 1 or (inv["wood"] < 6 and visible(p, {"tree"}) and l1(visible(p, {"tree"})[0][1], p.pos) <= 3):
+                return self.seek(p, ["tree"], tools, facts, source, "need wood")
+            if inv["stone"] < 1:
+                return self.seek(p, ["stone"], tools, facts, source, "need stone for a stone pickaxe")
+            if near_table:
+                return self._craft("stone_pickaxe", near_table)
+            if inv["wood"] >= 3:
+                return self._place_table("stone_pickaxe", "place a table near the rock")
+            return self.seek(p, ["tree"], tools, facts, source, "need wood for a table")
+        if not has("iron_pickaxe"):
+            station = self._station(p, facts, True, 14)
+            if inv["stone"] >= 4 and near_table and station is None and "place_furnace" not in p.achievements:
+                return Decision("atom", "place", {"item": "furnace", "near_x": near_table[0][0],
+                                                  "near_y": near_table[0][1]}, "place a furnace by the table",
+                                [("go_to", *near_table[0])])
+            if inv["wood"] < 1 or (inv["wood"] < 4 and visible(p, {"tree"}) and l1(visible(p, {"tree"})[0][1], p.pos) <= 3):
+                return self.seek(p, ["tree"], tools, facts, source, "need wood")
+            if inv["coal"] < 1 or inv["iron"] < 1:
+                want = [n for n in ("iron", "coal") if inv[n] < 1]
+                if inv["stone"] < 2:
+                    want.append("stone")
+                return self.seek(p, want, tools, facts, source, "need " + " and ".join(want))
+            if station:
+                return self._craft("iron_pickaxe", station)
+            if near_table and l1(near_table[0], p.pos) <= 14:
+                if inv["stone"] >= 4:
+                    return Decision("atom", "place", {"item": "furnace", "near_x": near_table[0][0],
+                                                      "near_y": near_table[0][1]}, "place a furnace by the table",
+                                    [("go_to", *near_table[0])])
+                return self.seek(p, ["stone"], tools, facts, source, "need stone for a furnace")
+            if inv["wood"] >= 3:
+                return self._place_table(None, "place a table for the iron pickaxe")
+            return self.seek(p, ["tree"], tools, facts, source, "need wood for a new table")
+        if not has("diamond") or "collect_diamond" not in p.achievements:
+            return self.seek(p, ["diamond"], tools, facts, source, "find a diamond")
+        return self._extras(p, tools, facts, source)
+
+    def _extras(self, p: Perception, tools: MemoryTools, facts: dict[str, Fact], source: str | None) -> Decision:
+        """After the diamond: other achievements (for the ``all`` task) and staying alive."""
+        inv = p.inventory
+        station = self._station(p, facts, True, 14)
+        for item in ("iron_sword", "stone_sword", "wood_sword"):
+            uses, needs = CRAFT[item]
+            if inv.get(item, 0) == 0 and all(inv.get(k, 0) >= n for k, n in uses.items()):
+                st = station if "furnace" in needs else self._station(p, facts, False, 14)
+                if st is not None:
+                    return self._craft(item, st)
+        if "place_stone" not in p.achievements and inv["stone"] >= 1:
+            return Decision("atom", "place", {"item": "stone"}, "place a stone")
+        if "collect_sapling" not in p.achievements:
+            grass = [c for _, c in visible(p, {"grass"}) if l1(c, p.pos) == 1]
+            if grass:
+                return Decision("atom", "collect", {"material": "grass", "x": grass[0][0], "y": grass[0][1]},
+                                "collect a sapling")
+        if "place_plant" not in p.achievements and inv["sapling"] >= 1:
+            return Decision("atom", "place", {"item": "plant"}, "plant a sapling")
+        if inv["wood"] < 2:
+            return self.seek(p, ["tree"], tools, facts, source, "stock wood")
+        if inv["coal"] < 1 or inv["iron"] < 1:
+            return self.seek(p, [n for n in ("iron", "coal") if inv[n] < 1], tools, facts, source, "stock ore")
+        target = self._explore_target(p, {"cow", "zombie"}, facts)
+        return Decision("atom", "explore", {"x": target[0], "y": target[1], "stop_on": ["cow", "diamond"]},
+                        "wander", [("go_to", *target)])
+
+    # -- learning from the outcome ------------------------------------------------------------
+    def after(self, d: Decision, result: AtomResult, row: IndexRow, died: bool, p: Perception,
+              tools: MemoryTools) -> None:
+        """Update memory from what the episode showed: facts, stale facts, procedures."""
+        facts = tools.facts()
+        self.recent.append((d.kind, d.name, _short(d.args), result.label, row.id))
+        revise: list[Fact] = []
+        target = next(((x, y) for _, x, y in d.targets), None)
+        if row.last_step == row.first_step:
+            self.idle += 1
+            if target is not None:
+                self.failed[target] += 1
+        else:
+            self.idle = 0
+        if result.label == "failed" and target is not None:
+            self.failed[target] += 1
+            if target == self.explore_target:
+                self.explore_target = None
+        if d.name == "explore" and result.label != "interrupted":
+            self.explore_target = None
+        for name, cell in result.found:
+            if name in ("table", "furnace") and d.name in ("place", "table_tool"):
+                revise.append(Fact(f"place:{name}@{cell[0]},{cell[1]}", f"my {name} at ({cell[0]}, {cell[1]})",
+                                   "Places", (row.id,)))
+        for key, fact in facts.items():
+            parsed = parse_cell_key(key)
+            if parsed is None or parsed[0] not in ("res", "place"):
+                continue
+            _, name, cell = parsed
+            dx, dy = cell[0] - p.pos[0], cell[1] - p.pos[1]
+            if abs(dx) <= 4 and abs(dy) <= 3:
+                now = p.tile(dx, dy)
+                if now != name and now not in ("cow", "zombie", "skeleton", "arrow", "player", "outside"):
+                    why = f"{name} at {cell} is gone (now {now})"
+                    revise.append(Fact(key, fact.text, fact.section, (row.id,), retract=True))
+                    if parsed[0] == "place" or name not in ("tree", "stone", "coal", "iron", "diamond") or \
+                            row.action_kind not in ("collect",):
+                        self.contradictions.append(why)
+        if revise:
+            tools.consolidate(revise, None, "what the episode showed")
+        self._learn_procedures(d, result, row, died, tools)
+
+    def _learn_procedures(self, d: Decision, result: AtomResult, row: IndexRow, died: bool,
+                          tools: MemoryTools) -> None:
+        pm = self.procedures
+        if d.kind == "procedure":
+            proc = pm.load(d.name)
+            if proc is None:
+                return
+            ok = result.ok and not died
+            proc = replace(proc, uses=proc.uses + 1, failures=proc.failures + (0 if ok else 1),
+                           extra={**proc.extra, "last_episodes": (proc.extra.get("last_episodes", []) + [row.id])[-6:],
+                                  "failed_episodes": (proc.extra.get("failed_episodes", [])
+                                                      + ([] if ok else [row.id]))[-6:]})
+            pm.save(proc, author="agent", reason=f"used in {row.id}: {result.label}", sources=(row.id,),
+                    step=tools.step, life=tools.life, turn=tools.turn)
+            tools.log("write", {"path": pm.path(d.name), "reason": "procedure use"}, {"uses": proc.uses,
+                                                                                     "failures": proc.failures})
+            if died:
+                pm.disable(d.name, reason=f"the player died while running it ({row.id})",
+                           sources=(row.id,) + proc.sources, step=tools.step, life=tools.life, turn=tools.turn,
+                           author="agent")
+                tools.log("write", {"path": pm.path(d.name), "op": "disable"}, {"reason": "death"})
+            elif proc.failures >= 3 and proc.failures * 2 > proc.uses:
+                pm.disable(d.name, reason=f"failed {proc.failures} of {proc.uses} uses",
+                           sources=tuple(proc.extra.get("failed_episodes", ())), step=tools.step, life=tools.life,
+                           turn=tools.turn, author="agent")
+                tools.log("write", {"path": pm.path(d.name), "op": "disable"}, {"reason": "repeated failures"})
+            return
+        if len(self.recent) < 2 or not result.ok:
+            return
+        (_, n1, a1, l1_, e1), (_, n2, a2, l2, e2) = list(self.recent)[-2:]
+        if l1_ != "done" or l2 != "done":
+            return
+        if n1 == "place" and a1.get("item") == "table" and n2 == "craft" and pm.load("table_tool") is None:
+            proc = Procedure("table_tool", "place a table where I stand, then make a tool at it",
+                             ({"atom": "place", "args": {"item": "table"}},
+                              {"atom": "craft", "args": {"item": "$tool"}}),
+                             params=("tool",), preconditions=({"have": {"wood": 3}},), sources=(e1, e2))
+            pm.save(proc, author="agent", reason="a table then a tool worked", sources=(e1, e2), step=tools.step,
+                    life=tools.life, turn=tools.turn)
+            tools.log("write", {"path": pm.path("table_tool"), "op": "create"}, {"sources": [e1, e2]})
+        if n1 == "shelter" and n2 == "sleep" and pm.load("safe_sleep") is None:
+            proc = Procedure("safe_sleep", "dig a two-cell pocket into rock, seal it with a stone, sleep",
+                             ({"atom": "shelter", "args": {}}, {"atom": "sleep", "args": {}}),
+                             preconditions=({"have": {"stone": 1, "wood_pickaxe": 1}},), sources=(e1, e2))
+            pm.save(proc, author="agent", reason="a shelter then sleep kept me safe", sources=(e1, e2),
+                    step=tools.step, life=tools.life, turn=tools.turn)
+            tools.log("write", {"path": pm.path("safe_sleep"), "op": "create"}, {"sources": [e1, e2]})
+
+    # -- consolidation -------------------------------------------------------------------------
+    def consolidation(self, p: Perception, tools: MemoryTools, reason: str, death: tuple[str, Cell, str] | None,
+                      last: Decision | None) -> None:
+        """Revise GUIDE.md (hazards, rules, caps, stale facts) and rewrite working.md."""
+        facts = tools.facts()
+        new: list[Fact] = []
+        if death is not None:
+            cause, cell, ep = death
+            new.append(Fact(f"hazard:death@{cell[0]},{cell[1]}", f"died of {cause} at ({cell[0]}, {cell[1]})",
+                            "Hazards", (ep,)))
+        grid = tools.writer.grid
+        index = tools.writer.index
+        for r in grid.rows:
+            if r.kind == "opened":
+                for name in ("tree", "stone", "coal", "iron", "diamond"):
+                    key = res_key(name, (r.cell[0], r.cell[1]))
+                    if key in facts:
+                        ref = index.episode_at(r.step)
+                        new.append(Fact(key, facts[key].text, sources=(ref.id,) if ref else (), retract=True))
+        for m in tools.writer.manifest.milestones:
+            key = f"rule:{m}"
+            if key not in facts:
+                ep = next((r.id for r in index.query(tags=("milestone",), newest_first=False)
+                           if m in " ".join(r.events)), None)
+                new.append(Fact(key, f"{m} works as the rules say (confirmed)", "Rules", (ep,) if ep else ()))
+        by_name: dict[str, list[tuple[int, str]]] = {}
+        for key in facts:
+            parsed = parse_cell_key(key)
+            if parsed and parsed[0] == "res":
+                by_name.setdefault(parsed[1], []).append((l1(parsed[2], p.pos), key))
+        for name, items in by_name.items():
+            for _, key in sorted(items)[RESOURCE_CAP.get(name, 8):]:
+                new.append(Fact(key, facts[key].text, retract=True))
+        targets = []
+        if last is not None:
+            targets += [Target(x, y, last.goal) for _, x, y in last.targets]
+        for name in ("diamond", "iron", "coal", "water"):
+            for c in sorted(self.known(facts, "res", name), key=lambda c: l1(c, p.pos))[:1]:
+                targets.append(Target(c[0], c[1], f"{name} known"))
+        nxt = next((m for m in self.task.milestones if m not in p.achievements), None)
+        plan = WorkingPlan(goal=f"{self.task.name}: next milestone {nxt or 'none (all reached)'}",
+                           targets=tuple(dict.fromkeys(targets))[:6],
+                           prediction=f"{last.goal if last else 'start'}; expect {nxt or 'nothing new'} next",
+                           contradictions=tuple(self.contradictions))
+        tools.consolidate(new, plan, reason)
+
+    def update_plan(self, p: Perception, d: Decision, tools: MemoryTools) -> None:
+        """Keep working.md's targets in step with the decision just taken."""
+        facts = tools.facts()
+        targets = [Target(x, y, d.goal) for _, x, y in d.targets]
+        for name in ("diamond", "iron", "coal", "water"):
+            for c in sorted(self.known(facts, "res", name), key=lambda c: l1(c, p.pos))[:1]:
+                targets.append(Target(c[0], c[1], f"{name} known"))
+        nxt = next((m for m in self.task.milestones if m not in p.achievements), None)
+        plan = WorkingPlan(goal=f"{self.task.name}: next milestone {nxt or 'none (all reached)'}",
+                           targets=tuple(dict.fromkeys(targets))[:6],
+                           prediction=f"{d.goal}; expect {nxt or 'nothing new'} next",
+                           contradictions=tuple(self.contradictions))
+        if tools.writer.memory.read(WORKING) != plan.render():
+            tools.write(WORKING, plan.render(), reason=f"plan: {d.goal}")
+
+    def summary(self) -> dict[str, Any]:
+        """Counts for the run's record: resources found by frames vs by sight."""
+        return {"found_by_inspection": dict(sorted(self.found["inspection"].items())),
+                "found_by_sight": dict(sorted(self.found["sight"].items())),
+                "inspection_targets_used": len(self.used_inspection)}
+
+
+def _short(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in args.items() if k != "stop_on"}
+
+
+class _StillBody:
+    """A body that only shows the current perception (for a dry look at the view)."""
+
+    def __init__(self, p: Perception) -> None:
+        self.perception = p
+
+    def act(self, action: str) -> Perception:
+        raise RuntimeError("a dry look takes no steps")
+
+
+def _view_nav(p: Perception) -> NavMap:
+    """Routing knowledge of the current view only."""
+    nav = NavMap()
+    nav.observe(p)
+    return nav
+

@@ -1,0 +1,439 @@
+"""The agent loop: drive the harness with the policy and record everything with RunWriter.
+
+One turn = one decision = one episode: the policy reads memory and decides, the atom (or
+stored procedure) runs env steps through a :class:`Recorder` (the agent's body), and the
+episode is committed with its frames, trace, grid rows, milestones and life events.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from mfm import __version__
+from mfm.agent.atoms import ATOMS, COLLECT_GIVES, AtomResult, Atoms, BudgetExhausted, Died, RunStopped
+from mfm.agent.config import RunConfig
+from mfm.agent.mapping import DIRS, NavMap
+from mfm.agent.policy import Decision, MFMPolicy
+from mfm.agent.tools import MemoryTools
+from mfm.envs import CrafterHarness, Perception, load_task
+from mfm.memory import ProceduralMemory, RunWriter
+from mfm.schema import SCHEMA_VERSION, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, StepRow, TurnRow
+
+FIXED_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+MOVES = {f"move_{k}": v for k, v in DIRS.items()}
+WALLS = frozenset({"water", "tree", "table", "furnace", "outside"})
+
+
+class StepClock:
+    """A deterministic clock: a fixed epoch plus one second per env step."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def __call__(self) -> str:
+        return (FIXED_EPOCH + timedelta(seconds=self.step)).isoformat(timespec="seconds")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class Recorder:
+    """The agent's body: steps the harness and records each step into the open episode."""
+
+    def __init__(self, harness: CrafterHarness, writer: RunWriter, budget: int, milestones: tuple[str, ...],
+                 stop: Callable[[], bool] | None, clock: StepClock | None) -> None:
+        self._harness = harness
+        self.writer = writer
+        self.budget = budget
+        self.milestones = milestones
+        self.stop = stop
+        self.clock = clock
+        self.perception: Perception = harness.perception
+        self.rec: Any = None
+        self.turn: int | None = None
+        self.grid: list[GridRow] = []
+        self.events: list[str] = []
+        self.tags: set[str] = set()
+        self.walked: set[tuple[int, int]] = {(r.cell[0], r.cell[1]) for r in writer.grid.rows if r.kind == "walked"}
+        self.noted: set[tuple[str, tuple[int, int]]] = set()
+        self.death: tuple[str, tuple[int, int]] | None = None
+        self.damage = 0
+
+    @property
+    def steps_used(self) -> int:
+        return self.perception.step
+
+    def begin(self, rec: Any, turn: int | None) -> None:
+        """Start recording into a new episode."""
+        self.rec, self.turn = rec, turn
+        self.grid, self.events, self.tags = [], [], set()
+        self.death = None
+        self.damage = 0
+
+    def act(self, action: str) -> Perception:
+        """One env step, recorded; raises Died / BudgetExhausted / RunStopped."""
+        if self.stop is not None and self.stop():
+            raise RunStopped("stop requested")
+        if self.perception.step >= self.budget:
+            raise BudgetExhausted(f"budget of {self.budget} steps used")
+        before = self.perception
+        res = self._harness.step(action)
+        p = res.perception
+        self.perception = p
+        if self.clock is not None:
+            self.clock.step = p.step
+        self.rec.add_step(p.frame, StepRow(
+            step=p.step, life=p.life, episode=self.rec.id, action=action, x=p.pos[0], y=p.pos[1],
+            facing=p.facing, health=p.vitals["health"], food=p.vitals["food"], drink=p.vitals["drink"],
+            energy=p.vitals["energy"], inventory=dict(p.inventory), reward=res.reward,
+            unlocked=res.achievements_unlocked))
+        self._grid(before, p, action, res.death_cause if res.died else None)
+        if p.inventory != before.inventory:
+            self.tags.add("inventory_changed")
+        for name in res.achievements_unlocked:
+            self.events.append(f"unlocked {name}")
+            if name in self.milestones:
+                self.tags.add("milestone")
+                self.writer.record_milestone(MilestoneRow(name=name, step=p.step, life=p.life, episode=self.rec.id,
+                                                          turn=self.turn))
+        if res.died:
+            self.tags.add("died")
+            self.death = (res.death_cause or "unknown", p.pos)
+            self.events.append(f"died ({res.death_cause}) at {p.pos}")
+            raise Died(res.death_cause or "unknown")
+        return p
+
+    def _row(self, cell: tuple[int, int], kind: str, step: int, life: int, **kw: Any) -> None:
+        self.grid.append(GridRow(cell=cell, kind=kind, step=step, life=life, **kw))
+
+    def _grid(self, b: Perception, p: Perception, action: str, death_cause: str | None) -> None:
+        step, life = p.step, p.life
+        front = (b.pos[0] + b.facing[0], b.pos[1] + b.facing[1])
+        front_name = b.tile(*b.facing)
+        if p.pos != b.pos and p.pos not in self.walked and p.life == b.life:
+            self.walked.add(p.pos)
+            self._row(p.pos, "walked", step, life)
+        if action in MOVES and p.pos == b.pos:
+            d = MOVES[action]
+            name = b.tile(*d)
+            cell = (b.pos[0] + d[0], b.pos[1] + d[1])
+            if name in WALLS and ("blocked", cell) not in self.noted:
+                self.noted.add(("blocked", cell))
+                self._row(cell, "blocked", step, life, item=name)
+        if action == "do" and front_name in COLLECT_GIVES and front_name != "grass":
+            item = COLLECT_GIVES[front_name]
+            if p.inventory.get(item, 0) > b.inventory.get(item, 0) or p.tile(front[0] - p.pos[0], front[1] - p.pos[1]) != front_name:
+                self._row(front, "opened", step, life, item=item)
+                self.events.append(f"collected {item} at {front}")
+        if action == "do" and front_name == "water" and p.vitals["drink"] > b.vitals["drink"]:
+            if ("water", front) not in self.noted:
+                self.noted.add(("water", front))
+                self._row(front, "water", step, life)
+        if action.startswith("place_") and p.pos == b.pos:
+            item = action[len("place_"):]
+            now = p.tile(front[0] - p.pos[0], front[1] - p.pos[1])
+            if now == item or (item == "plant" and now == "plant"):
+                self._row(front, "placed", step, life, item=item,
+                          pose={"x": b.pos[0], "y": b.pos[1], "facing": list(b.facing)})
+                self.events.append(f"placed {item} at {front}")
+        lost = b.vitals["health"] - p.vitals["health"]
+        if death_cause is not None:
+            self._row(p.pos, "hazard", step, life, damage=float(max(lost, 1)), cause=death_cause)
+        elif lost > 0 and p.life == b.life:
+            self.damage += lost
+            self.tags.add("damage")
+            self._row(p.pos, "hazard", step, life, damage=float(lost), cause=_damage_cause(b, p))
+        if p.life == b.life:
+            for dx, dy in DIRS.values():
+                if p.tile(dx, dy) == "lava":
+                    cell = (p.pos[0] + dx, p.pos[1] + dy)
+                    if ("lava", cell) not in self.noted:
+                        self.noted.add(("lava", cell))
+                        self._row(cell, "hazard", step, life, cause="lava")
+                        self.events.append(f"lava next to me at {cell}")
+
+
+def _damage_cause(b: Perception, p: Perception) -> str:
+    """A guess of what hurt the player, from what it could see."""
+    near = [n for x, y, n in p.local_cells() + b.local_cells() if abs(x - p.pos[0]) + abs(y - p.pos[1]) <= 1]
+    if "zombie" in near:
+        return "zombie"
+    if "arrow" in near or any(n == "skeleton" for _, _, n in p.local_cells()):
+        return "arrow"
+    for vital, cause in (("food", "starvation"), ("drink", "thirst"), ("energy", "exhaustion")):
+        if p.vitals[vital] == 0:
+            return cause
+    return "unknown"
+
+
+class Runner:
+    """One run: harness, memory, policy, and the turn loop."""
+
+    def __init__(self, config: RunConfig, stop: Callable[[], bool] | None = None, command: str | None = None,
+                 progress: bool = False) -> None:
+        self.config = config
+        self.task = load_task(config.task)
+        self.stop = stop
+        self.progress = progress
+        self.clock = StepClock() if config.fixed_clock else None
+        started = self.clock() if self.clock else now_iso()
+        manifest = RunManifest(
+            schema_version=SCHEMA_VERSION, run_id=f"{config.task}_{config.method}_s{config.seed}", env="crafter", task=config.task,
+            method=config.method, seed=config.seed, step_budget=config.budget,
+            milestone_order=self.task.milestones, status="running", started_at=started,
+            ablations=tuple(config.ablations), policy=MFMPolicy.name, package_version=__version__,
+            command=command, config=config.to_manifest())
+        self.writer = RunWriter(Path(config.out), manifest, clock=self.clock or now_iso)
+        self.harness = CrafterHarness(config.seed, size=config.frame_size)
+        self.tools = MemoryTools(self.writer)
+        self.procedures = ProceduralMemory(self.writer.memory, ATOMS)
+        self.policy = MFMPolicy(self.task, self.procedures, config.inspect_episodes, config.inspect_stride)
+        self.body: Recorder | None = None
+        self.turn = 0
+        self.deaths = 0
+        self.started = time.monotonic()
+        self.episodes_since_consolidation = 0
+        self.last_decision: Decision | None = None
+        self.status: str | None = None
+        self.end_reason: str | None = None
+        self._last_progress = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Reset the world and record the initial state as episode 0."""
+        p = self.harness.reset()
+        self.body = Recorder(self.harness, self.writer, self.config.budget, self.task.milestones, self.stop,
+                             self.clock)
+        rec = self.writer.begin_episode(kind="initial", life=0, turn=None, action_kind=None, first_step=0, action={})
+        self.writer.end_episode(rec, observation=p.frame, state=_state(p), outcome={}, summary="initial state",
+                                tags=["initial"], events=[], x=p.pos[0], y=p.pos[1], outcome_label=None)
+        self.tools.step = p.step
+        self.policy.consolidation(p, self.tools, "start", None, None)
+
+    @property
+    def done(self) -> bool:
+        p = self.harness.perception
+        if p.step >= self.config.budget:
+            self.end_reason = self.end_reason or "budget"
+            return True
+        if self.config.stop_when_done and all(m in p.achievements for m in self.task.milestones):
+            self.end_reason = "task complete"
+            return True
+        return False
+
+    def run(self) -> Path:
+        """Run until the budget, task completion, a stop request or an error."""
+        status, reason = "finished", None
+        try:
+            self.start()
+            while not self.done:
+                self.run_turn()
+            reason = self.end_reason
+        except (KeyboardInterrupt, RunStopped):
+            status, reason = "interrupted", "stopped by the user"
+        except BaseException as e:
+            status, reason = "crashed", f"{type(e).__name__}: {e}"
+            self.finish(status, reason)
+            raise
+        self.finish(status, reason)
+        return self.writer.dir
+
+    def finish(self, status: str, reason: str | None) -> None:
+        """Close the run with a status; record the agent's summary in run.json."""
+        self.status, self.end_reason = status, reason
+        if self.clock is not None and self.body is not None:
+            self.clock.step = self.body.perception.step
+        cfg = dict(self.writer.manifest.config)
+        cfg["agent_summary"] = self.summary()
+        self.writer.update_manifest(config=cfg)
+        self.writer.close(status, reason)
+        if self.progress:
+            self._progress(force=True)
+            print(file=sys.stderr)
+
+    def summary(self) -> dict[str, Any]:
+        """Deaths, turns, steps per turn and how resources were found."""
+        p = self.harness.perception if self.body is not None else None
+        steps = p.step if p else 0
+        return {"turns": self.turn, "deaths": self.deaths, "steps": steps,
+                "steps_per_turn": round(steps / self.turn, 2) if self.turn else 0.0,
+                "inspected_frames": self.tools.inspected_frames, **self.policy.summary()}
+
+    # -- one turn ------------------------------------------------------------------------------
+    def run_turn(self, decision: Decision | None = None) -> IndexRow:
+        """Decide, act (one episode), record, learn, consolidate when due.
+
+        ``decision`` replaces the policy's own choice for this turn (an outside controller)."""
+        assert self.body is not None
+        p = self.body.perception
+        turn = self.turn
+        self.tools.begin_turn(turn, p.step, p.life)
+        plan_before = [{"x": x, "y": y, "label": lab} for x, y, lab in self.tools.plan_targets()]
+        last_id = self.writer.index.rows[-1].id if self.writer.index.rows else None
+        d = self.policy.decide(p, self.tools, last_id)
+        if decision is not None:
+            d = decision
+        planned = {(t["x"], t["y"]) for t in plan_before}
+        targets = [{"kind": k, "x": x, "y": y, "in_plan": (x, y) in planned} for k, x, y in d.targets]
+        row, result, died = self._execute(d, turn)
+        p = self.body.perception
+        self.tools.step = p.step
+        if died:
+            self._handle_death(row)
+            p = self.body.perception
+        self.policy.after(d, result, row, died, p, self.tools)
+        self.episodes_since_consolidation += 1
+        if died or self.episodes_since_consolidation >= self.config.consolidate_every:
+            death = None
+            if died and self._last_death is not None:
+                death = self._last_death
+            self.policy.consolidation(p, self.tools, "death" if died else f"every {self.config.consolidate_every} episodes",
+                                      death, d)
+            self.episodes_since_consolidation = 0
+        self.policy.update_plan(p, d, self.tools)
+        plan_after = [{"x": x, "y": y, "label": lab} for x, y, lab in self.tools.plan_targets()]
+        self.writer.record_turn(TurnRow(
+            turn=turn, life=row.life, first_step=row.first_step, last_step=row.last_step, policy=self.policy.name,
+            calls=tuple(self.tools.calls), targets=tuple(targets), plan_before=tuple(plan_before),
+            plan_after=tuple(plan_after), episodes=(row.id,), note=self.policy.state_block + f"\ndecision: {d.goal}"))
+        self.turn += 1
+        self.last_decision = d
+        if self.progress:
+            self._progress()
+        return row
+
+    _last_death: tuple[str, tuple[int, int], str] | None = None
+
+    def _execute(self, d: Decision, turn: int) -> tuple[IndexRow, AtomResult, bool]:
+        assert self.body is not None
+        p = self.body.perception
+        if d.kind == "procedure":
+            proc = self.procedures.load(d.name)
+            assert proc is not None
+            steps = proc.bind(d.args)
+            action = {"procedure": d.name, "version": proc.version, "args": d.args, "atoms": steps,
+                      "is_procedure": True, "goal": d.goal}
+        else:
+            steps = [{"atom": d.name, "args": d.args}]
+            action = {"atom": d.name, "args": d.args, "is_procedure": False, "goal": d.goal}
+        rec = self.writer.begin_episode(kind="episode", life=p.life, turn=turn, action_kind=d.name, first_step=p.step,
+                                        action=action)
+        self.body.begin(rec, turn)
+        nav = NavMap.from_memory(self.writer.grid, self.policy.resources(self.tools))
+        atoms = Atoms(self.body, nav, self.config.max_atom_steps)
+        results: list[AtomResult] = []
+        died = False
+        try:
+            placed_table = None
+            for s in steps:
+                args = dict(s["args"])
+                if s["atom"] == "craft" and "table_x" not in args and placed_table is not None:
+                    args.update(table_x=placed_table[0], table_y=placed_table[1])
+                r = atoms.run(s["atom"], args)
+                results.append(r)
+                placed_table = next((c for n, c in r.found if n == "table"), placed_table)
+                if not r.ok:
+                    break
+        except Died as e:
+            died = True
+            results.append(AtomResult("interrupted", f"died ({e})"))
+            self._record_death(rec.id, rec.last_step)
+        except (BudgetExhausted, RunStopped, KeyboardInterrupt) as e:
+            results.append(AtomResult("interrupted", "stopped" if not isinstance(e, BudgetExhausted) else "budget"))
+            row = self._commit(rec, d, results, atoms)
+            if isinstance(e, BudgetExhausted):
+                self.end_reason = "budget"
+                return row, results[-1], False
+            raise
+        row = self._commit(rec, d, results, atoms)
+        result = results[-1] if results else AtomResult("failed", "nothing to do")
+        if d.kind == "procedure" and all(r.ok for r in results) and len(results) == len(steps):
+            result = AtomResult("done", "procedure completed", found=[f for r in results for f in r.found])
+        elif len(results) > 1:
+            result = AtomResult(result.label, result.reason, found=[f for r in results for f in r.found])
+        return row, result, died
+
+    def _commit(self, rec: Any, d: Decision, results: list[AtomResult], atoms: Atoms) -> IndexRow:
+        assert self.body is not None
+        body = self.body
+        p = body.perception
+        last = results[-1] if results else AtomResult("failed", "nothing to do")
+        label = last.label
+        if d.kind == "procedure" and label == "done" and len(results) < len(self.procedures.load(d.name).steps):
+            label = "failed"
+        tags = set(body.tags)
+        if label == "failed":
+            tags.add("failed")
+        if label == "interrupted":
+            tags.add("interrupted")
+        if d.kind == "procedure":
+            tags.add("procedure")
+        moved = sum(1 for g in body.grid if g.kind == "walked")
+        args = ", ".join(f"{k}={v}" for k, v in d.args.items() if k != "stop_on")
+        got = [e for e in body.events if e.startswith(("collected", "placed", "unlocked", "drank", "died"))]
+        summary = f"{d.name}({args}) -> {label}: {last.reason}; {len(rec.steps)} steps, {moved} new cells"
+        if got:
+            summary += "; " + "; ".join(got[:4])
+        events = list(dict.fromkeys(body.events + [e for r in results for e in r.events]))
+        return self.writer.end_episode(
+            rec, grid=body.grid, observation=p.frame, state=_state(p), outcome={
+                "label": label, "reason": last.reason, "atoms": [{"label": r.label, "reason": r.reason} for r in results],
+                "damage": body.damage},
+            summary=summary, tags=sorted(tags), events=events, x=p.pos[0], y=p.pos[1], outcome_label=label,
+            note=d.goal)
+
+    def _record_death(self, episode: str, step: int) -> None:
+        """Queue the death event so that it is committed with the episode it ended."""
+        assert self.body is not None
+        cause, cell = self.body.death or ("unknown", self.body.perception.pos)
+        self.deaths += 1
+        self._last_death = (cause, cell, episode)
+        self.writer.record_life_event(LifeEvent(event="death", life=self.body.perception.life, step=step, x=cell[0],
+                                                y=cell[1], cause=cause, episode=episode))
+
+    def _handle_death(self, row: IndexRow) -> None:
+        """Respawn in the same world; the respawn event goes with the next episode."""
+        assert self.body is not None
+        p = self.harness.respawn()
+        self.body.perception = p
+        self.writer.record_life_event(LifeEvent(event="respawn", life=p.life, step=p.step, x=p.pos[0], y=p.pos[1]))
+        self.writer.update_manifest()
+
+    def _progress(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_progress < 0.5:
+            return
+        self._last_progress = now
+        p = self.harness.perception
+        reached = sum(m in p.achievements for m in self.task.milestones)
+        rate = p.step / max(now - self.started, 1e-6)
+        line = (f"step {p.step}/{self.config.budget} | life {p.life + 1} | milestones {reached}/"
+                f"{len(self.task.milestones)} | turn {self.turn} | {rate:,.0f} steps/s")
+        end = "\r" if sys.stderr.isatty() else "\n"
+        if not sys.stderr.isatty() and not force and now - self.started < 1:
+            return
+        print(line.ljust(78), end=end, file=sys.stderr, flush=True)
+
+
+def _state(p: Perception) -> dict[str, Any]:
+    return {"step": p.step, "life": p.life, "pos": list(p.pos), "facing": list(p.facing), "vitals": p.vitals,
+            "inventory": p.inventory, "achievements": sorted(p.achievements), "daylight": round(p.daylight, 3),
+            "sleeping": p.sleeping}
+
+
+def run(config: RunConfig, stop: Callable[[], bool] | None = None, command: str | None = None,
+        progress: bool = False) -> Runner:
+    """Run the agent with ``config``; return the finished runner (its ``writer.dir`` is the run)."""
+    runner = Runner(config, stop=stop, command=command, progress=progress)
+    runner.run()
+    return runner
+
+
+def command_line(argv: list[str]) -> str:
+    """The exact command as recorded in the manifest."""
+    return shlex.join(argv)

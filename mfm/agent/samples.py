@@ -1,0 +1,72 @@
+"""Regenerate the sample runs, byte-identical when nothing changed.
+
+    python -m mfm.agent.samples            # writes sample_runs/diamond_mfm_s0 and diamond_mfm_s2
+    python -m mfm.agent.samples --check    # regenerate elsewhere and compare every byte
+"""
+from __future__ import annotations
+
+import argparse
+import filecmp
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from mfm.agent.config import RunConfig
+from mfm.agent.runner import Runner
+
+SAMPLES: tuple[tuple[str, str, int], ...] = (("diamond_mfm_s0", "diamond", 0), ("diamond_mfm_s2", "diamond", 2))
+COMMAND = "python -m mfm.agent.samples"
+
+
+def generate(root: Path, quiet: bool = False) -> list[Path]:
+    """Write every sample run under ``root`` (replacing old copies) with the fixed clock."""
+    out = []
+    for name, task, seed in SAMPLES:
+        final = root / name
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            work = Path(tmp) / name
+            config = RunConfig(task=task, seed=seed, out=work, fixed_clock=True)
+            Runner(config, command=f"{COMMAND}  # {name}", progress=not quiet).run()
+            if final.exists():
+                shutil.rmtree(final)
+            shutil.move(str(work), str(final))
+        out.append(final)
+    return out
+
+
+def same_tree(a: Path, b: Path) -> list[str]:
+    """Relative paths whose bytes differ (or exist on one side only)."""
+    diff = []
+    files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
+    files_b = {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
+    diff += [str(p) for p in sorted(files_a ^ files_b)]
+    diff += [str(p) for p in sorted(files_a & files_b) if not filecmp.cmp(a / p, b / p, shallow=False)]
+    return diff
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", default="sample_runs")
+    ap.add_argument("--check", action="store_true", help="regenerate in a temp folder and diff against --root")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    root = Path(args.root)
+    root.mkdir(parents=True, exist_ok=True)
+    if not args.check:
+        for p in generate(root, args.quiet):
+            print(f"wrote {p}")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(Path(tmp), args.quiet)
+        bad = []
+        for name, _, _ in SAMPLES:
+            bad += [f"{name}/{d}" for d in same_tree(root / name, Path(tmp) / name)]
+    for d in bad:
+        print(f"differs: {d}")
+    print("identical" if not bad else f"{len(bad)} file(s) differ")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
