@@ -90,7 +90,7 @@ class Recorder:
         self.rec.add_step(p.frame, StepRow(
             step=p.step, life=p.life, episode=self.rec.id, action=action, x=p.pos[0], y=p.pos[1],
             facing=p.facing, health=p.vitals["health"], food=p.vitals["food"], drink=p.vitals["drink"],
-            energy=p.vitals["energy"], inventory=dict(p.inventory), reward=res.reward,
+            energy=p.vitals["energy"], inventory={k: v for k, v in p.inventory.items() if v}, reward=res.reward,
             unlocked=res.achievements_unlocked))
         self._grid(before, p, action, res.death_cause if res.died else None)
         if p.inventory != before.inventory:
