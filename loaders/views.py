@@ -7,6 +7,7 @@ access goes through :func:`frame_for`, which refuses episode paths leaving the r
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from loaders.run import Run
-from mfm.memory.retrieval import FrameError, episode_frame, load_episode, read_png
+from mfm.memory.retrieval import FrameError
 from mfm.schema import EPISODE_ID, IndexRow
 
 MAX_POINTS = 50_000
@@ -24,6 +25,9 @@ MAX_POINTS = 50_000
 MARK_KINDS = ("milestone", "death", "search", "inspect", "memory_write")
 TILES_X, TILES_Y, MAP_TILES_Y = 9, 9, 7
 """Crafter frames are a 9x9 grid of tiles; the top 9x7 tiles are the map."""
+
+
+EPISODE_IN_PATH = re.compile(r"ep_\d{6,}")
 
 
 class UnsafePath(ValueError):
@@ -73,8 +77,8 @@ def timeline_bars(episodes: pd.DataFrame, lo: int | None = None, hi: int | None 
 
     Columns: ``life, start, end, category, episode, label, count``. ``start``/``end`` are env
     steps; when more than ``max_bars`` episodes overlap ``[lo, hi]``, episodes of each life are
-    merged into step bins coloured by their most frequent category (``count`` episodes each,
-    ``episode`` empty).
+    merged into step bins coloured by their most frequent category (``count`` episodes each;
+    ``episode`` is set only for a bin holding one episode).
     """
     cols = ["life", "start", "end", "category", "episode", "label", "count"]
     if not len(episodes):
@@ -91,18 +95,27 @@ def timeline_bars(episodes: pd.DataFrame, lo: int | None = None, hi: int | None 
             "category": cat.to_numpy(), "episode": ep["id"].to_numpy(),
             "label": [f"{i} · {s}" for i, s in zip(ep["id"], ep["summary"])], "count": 1,
         }, columns=cols)
-    lives = max(1, ep["life"].nunique())
-    edges = _bins(lo, hi, max(1, max_bars // lives))
+    edges = _bins(lo, hi, max(1, max_bars - ep["life"].nunique()))
     mid = (ep["first_step"].to_numpy() + ep["last_step"].to_numpy()) / 2
     b = np.clip(np.searchsorted(edges, mid, side="right") - 1, 0, len(edges) - 2)
-    df = pd.DataFrame({"life": ep["life"].astype(int).to_numpy(), "bin": b, "category": cat.to_numpy()})
-    rows = []
-    for (life, k), g in df.groupby(["life", "bin"], sort=True):
-        counts = g["category"].value_counts()
-        top = counts.index[0]
-        mix = ", ".join(f"{c} {n}" for c, n in counts.head(4).items())
-        rows.append((life, edges[k], edges[k + 1], top, "", f"{len(g)} episodes: {mix}", len(g)))
-    return pd.DataFrame(rows, columns=cols)
+    df = pd.DataFrame({"life": ep["life"].astype(int).to_numpy(), "bin": b, "category": cat.to_numpy(),
+                       "first": ep["first_step"].to_numpy(), "last": ep["last_step"].to_numpy(),
+                       "id": ep["id"].to_numpy()})
+    keys = ["life", "bin"]
+    agg = df.groupby(keys, sort=True).agg(start=("first", "min"), stop=("last", "max"), id=("id", "first"),
+                                         count=("category", "size")).reset_index()
+    cc = df.groupby([*keys, "category"]).size().rename("n").reset_index()
+    cc = cc.sort_values([*keys, "n", "category"], ascending=[True, True, False, True])
+    top = cc.drop_duplicates(keys).set_index(keys)["category"]
+    head = cc.groupby(keys, sort=False).head(4)
+    mix = (head["category"] + " " + head["n"].astype(str)).groupby([head["life"], head["bin"]]).agg(", ".join)
+    idx = pd.MultiIndex.from_frame(agg[keys])
+    return pd.DataFrame({
+        "life": agg["life"], "start": agg["start"], "end": np.maximum(agg["stop"], agg["start"] + 0.5),
+        "category": top.reindex(idx).to_numpy(), "episode": np.where(agg["count"] == 1, agg["id"], ""),
+        "label": [f"{n} episodes, steps {a}–{z}: {m}" for n, a, z, m in
+                  zip(agg["count"], agg["start"], agg["stop"], mix.reindex(idx).to_numpy())],
+        "count": agg["count"]}, columns=cols)
 
 
 def _json(v: Any) -> Any:
@@ -127,10 +140,11 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
 
     Columns: ``turn, life, step, tool, episode, target_step, text, results, args, result``.
     ``step`` is the turn's ``first_step`` (the agent decides before acting). For inspections
-    ``episode`` is the inspected episode (``args.episode``/``id``/``episode_id`` or the same in
-    ``result``) and ``target_step`` the inspected frame's step when the call names one
-    (``args.step``, or ``args.frame`` as an index into the episode's frames, resolved later
-    by :func:`inspections`). For searches ``text`` is the query and ``results`` the count.
+    ``episode`` is the inspected episode (``args.episode``/``id``/``episode_id``, the same in
+    ``result``, or an episode id inside ``args.path``) and ``target_step`` the inspected
+    frame's step when the call names one (``args.step``, or ``args.frame`` as an index into
+    the episode's frames, resolved later by :func:`inspections`). For searches ``text`` is
+    the query and ``results`` the count.
     """
     cols = ["turn", "life", "step", "tool", "episode", "target_step", "frame_index", "text", "results",
             "args", "result"]
@@ -146,6 +160,9 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
             args = c.get("args") if isinstance(c.get("args"), dict) else {}
             res = c.get("result") if isinstance(c.get("result"), dict) else {}
             ep = _first(args, ("episode", "id", "episode_id")) or _first(res, ("episode", "id", "episode_id"))
+            if ep is None and isinstance(args.get("path"), str):
+                found = EPISODE_IN_PATH.search(args["path"])
+                ep = found.group(0) if found else None
             ep = ep if isinstance(ep, str) and EPISODE_ID.match(ep) else None
             tstep = _first(args, ("step", "frame_step"))
             fidx = args.get("frame")
@@ -201,26 +218,29 @@ def _bin_marks(df: pd.DataFrame, lo: int, hi: int, max_per_kind: int) -> pd.Data
 
 
 def timeline_marks(run: Run, lo: int | None = None, hi: int | None = None, max_per_kind: int = 2000) -> pd.DataFrame:
+    """:func:`marks` of a run over ``[lo, hi]`` (the whole run by default)."""
+    a, b = step_bounds(run)
+    return marks(run.milestones(), run.lives(), run.turns(), run.memory_writes(), a if lo is None else lo,
+                 b if hi is None else hi, max_per_kind)
+
+
+def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFrame, lo: int, hi: int,
+          max_per_kind: int = 2000) -> pd.DataFrame:
     """Milestones, deaths, index searches, frame inspections and memory writes as step marks.
 
     Columns: ``kind, step, life, label, episode, count``; kinds beyond ``max_per_kind`` marks
     are binned (``count`` marks per row).
     """
-    a, b = step_bounds(run)
-    lo = a if lo is None else lo
-    hi = b if hi is None else hi
     parts = []
-    ms = run.milestones()
     if len(ms):
         parts.append(pd.DataFrame({"kind": "milestone", "step": ms["step"], "life": ms["life"],
                                    "label": "milestone: " + ms["name"].astype(str), "episode": ms["episode"]}))
-    lv = run.lives()
     if len(lv):
         d = lv[lv["event"] == "death"]
         parts.append(pd.DataFrame({"kind": "death", "step": d["step"], "life": d["life"],
                                    "label": "death: " + d["cause"].fillna("unknown").astype(str),
                                    "episode": d["episode"]}))
-    calls = tool_calls(run.turns())
+    calls = tool_calls(turns)
     if len(calls):
         s = calls[calls["tool"] == "search"]
         parts.append(pd.DataFrame({"kind": "search", "step": s["step"], "life": s["life"],
@@ -229,7 +249,6 @@ def timeline_marks(run: Run, lo: int | None = None, hi: int | None = None, max_p
         i = calls[calls["tool"] == "inspect"]
         parts.append(pd.DataFrame({"kind": "inspect", "step": i["step"], "life": i["life"],
                                    "label": "inspect " + i["episode"].fillna("?"), "episode": i["episode"]}))
-    mw = run.memory_writes()
     if len(mw):
         parts.append(pd.DataFrame({"kind": "memory_write", "step": mw["step"], "life": mw["life"],
                                    "label": mw["op"].astype(str) + " " + mw["path"].astype(str) + ": "
@@ -338,11 +357,13 @@ def grid_extent(grid: pd.DataFrame, steps: pd.DataFrame, episodes: pd.DataFrame,
     return int(min(xs)) - pad, int(min(ys)) - pad, int(max(xs)) + pad, int(max(ys)) + pad
 
 
-def episodes_at_cell(run: Run, x: int, y: int) -> pd.DataFrame:
+def episodes_at_cell(run: Run, x: int, y: int, plane: str = "y") -> pd.DataFrame:
     """Episodes that touched cell (x, y): the player stood there, or the grid records it.
 
-    Columns: ``episode, life, first_step, last_step, action_kind, summary, how, step`` where
-    ``step`` is the first step in the episode at that cell and ``how`` says why it is listed.
+    ``plane`` names the grid coordinate used as the map's second axis (``z`` for 3-D runs,
+    whose horizontal plane is (x, z)). Columns: ``episode, life, first_step, last_step,
+    action_kind, summary, how, step`` where ``step`` is the first step in the episode at
+    that cell and ``how`` says why it is listed.
     """
     cols = ["episode", "life", "first_step", "last_step", "action_kind", "summary", "how", "step"]
     ep = run.episodes()
@@ -350,14 +371,14 @@ def episodes_at_cell(run: Run, x: int, y: int) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     hits: dict[str, tuple[str, int]] = {}
     st = run.steps()
-    if len(st):
+    if len(st) and plane == "y":
         here = st[(st["x"] == x) & (st["y"] == y)]
         for e, s in zip(here["episode"], here["step"]):
             if e not in hits:
                 hits[e] = ("stood here", int(s))
     gr = run.grid()
     if len(gr):
-        here = gr[(gr["x"] == x) & (gr["y"] == y)]
+        here = gr[(gr["x"] == x) & (gr[plane] == y)]
         for kind, s in zip(here["kind"], here["step"]):
             ref = run.index.episode_at(int(s)) or _episode_ending(run, int(s))
             if ref is not None:
@@ -403,9 +424,11 @@ def visits_per_cell(runs: list[Run]) -> pd.DataFrame:
 
 
 def _check_ref(run: Run, ref: IndexRow) -> None:
-    inside(run.path, ref.path)
-    if ref.image:
-        inside(run.path, ref.image)
+    """Refuse an index row whose episode folder or image lies outside the run folder."""
+    if run.path.is_dir():
+        inside(run.path, ref.path)
+        if ref.image:
+            inside(run.path, ref.image)
 
 
 def frame_for(run: Run, step: int | None = None, episode: str | None = None) -> np.ndarray:
@@ -425,11 +448,11 @@ def frame_for(run: Run, step: int | None = None, episode: str | None = None) -> 
     ref = run.index.episode_at(step)
     if ref is not None:
         _check_ref(run, ref)
-        return episode_frame(run.path, ref, step - ref.first_step - 1)
+        return run.frame(step)
     end = _episode_ending(run, step)
     if end is not None and end.image:
         _check_ref(run, end)
-        return read_png(run.path / end.image)
+        return run.observation(end.id)
     raise FrameError(f"{run.name}: no stored frame for step {step}")
 
 
@@ -442,7 +465,7 @@ def frame_strip(run: Run, episode: str, max_frames: int = 32) -> list[tuple[int,
     if ref.frames == 0:
         return []
     idx = sorted(set(np.linspace(0, ref.frames - 1, min(max_frames, ref.frames)).round().astype(int).tolist()))
-    return [(ref.first_step + 1 + i, episode_frame(run.path, ref, i)) for i in idx]
+    return [(ref.first_step + 1 + i, run.frame(ref.first_step + 1 + i)) for i in idx]
 
 
 @dataclass(frozen=True)
@@ -462,7 +485,7 @@ def episode_detail(run: Run, episode: str) -> EpisodeDetail:
     if ref is None:
         raise KeyError(f"{run.name}: no episode {episode}")
     _check_ref(run, ref)
-    rec = load_episode(run.path, ref)
+    rec = run.episode_record(episode)
     st = run.steps()
     rows = st[st["episode"] == episode] if len(st) else st
     return EpisodeDetail(ref, rec.state, rec.action, rec.outcome, rows.reset_index(drop=True))
@@ -516,7 +539,8 @@ def problems_table(run: Run) -> pd.DataFrame:
 
 
 def runs_overview(runs: list[Run], root: Path) -> pd.DataFrame:
-    """One row per run for the Runs page, keyed by its path relative to ``root``."""
+    """One row per run for the Runs page, keyed by its path relative to ``root``. Reads every
+    run's tables (once per change of its files) so that ``problems`` is always counted."""
     root = root.resolve()
     rows = []
     for r in runs:
@@ -530,7 +554,7 @@ def runs_overview(runs: list[Run], root: Path) -> pd.DataFrame:
             "seed": s["seed"], "steps": s["steps"], "budget": s["budget"], "lives": s["lives"],
             "deaths": s["deaths"], "milestones": f"{s['milestones']}/{s['milestones_total']}",
             "milestones_reached": s["milestones"], "milestones_total": s["milestones_total"],
-            "status": s["status"], "episodes": s["episodes"], "problems": s["problems"],
+            "status": s["status"], "episodes": s["episodes"], "problems": len(r.problems),
         })
     return pd.DataFrame(rows, columns=["key", "task", "method", "ablations", "seed", "steps", "budget", "lives",
                                        "deaths", "milestones", "milestones_reached", "milestones_total", "status",

@@ -1,0 +1,127 @@
+"""Dashboard logic that needs no Streamlit: the runs root, safe run keys, frame references.
+
+A run is named in URLs by its *key*: its folder relative to the runs root (``a/b/run``).
+Keys from a URL are untrusted: :func:`resolve_run_key` refuses absolute paths, ``..`` and
+symlinks leaving the root, and folders that are not runs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from loaders.formats import detect
+from loaders.views import UnsafePath, inside
+from mfm.schema import EPISODE_ID
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES_DIR = REPO / "pages"
+MAX_FRAMES = 4
+
+
+def runs_root(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Path:
+    """The runs root: ``--root`` after ``--`` in argv, else env ``MFM_RUNS_ROOT``, else ``sample_runs/``."""
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--root")
+    args, _ = parser.parse_known_args(argv if argv is not None else [])
+    root = args.root or env.get("MFM_RUNS_ROOT") or str(REPO / "sample_runs")
+    return Path(root).expanduser().resolve()
+
+
+def resolve_run_key(root: Path, key: str) -> Path:
+    """The run folder for a key from a URL; raise UnsafePath with a clear reason otherwise."""
+    path = inside(root, key.strip().strip("/") if isinstance(key, str) else key)
+    if path == root.resolve():
+        raise UnsafePath(f"{key!r} is the runs root itself, not a run")
+    if detect(path) is None:
+        raise UnsafePath(f"{key!r} is not a run under the runs root")
+    return path
+
+
+def run_key(root: Path, path: Path) -> str:
+    """The key of a run folder (its path relative to the root, POSIX style)."""
+    return path.resolve().relative_to(root.resolve()).as_posix()
+
+
+def split_list(value: str | None) -> list[str]:
+    """A comma-separated query value as a list, blanks dropped."""
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def parse_int(value: str | None) -> int | None:
+    """An integer query value, or None when absent or malformed."""
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_range(value: str | None) -> tuple[int, int] | None:
+    """A ``lo-hi`` step range query value, or None."""
+    if not value or "-" not in value.strip("-"):
+        return None
+    a, _, b = value.partition("-")
+    lo, hi = parse_int(a), parse_int(b)
+    if lo is None or hi is None:
+        return None
+    return (lo, hi) if lo <= hi else (hi, lo)
+
+
+def parse_cell(value: str | None) -> tuple[int, int] | None:
+    """An ``x,y`` cell query value, or None."""
+    parts = split_list(value)
+    if len(parts) != 2:
+        return None
+    x, y = parse_int(parts[0]), parse_int(parts[1])
+    return None if x is None or y is None else (x, y)
+
+
+@dataclass(frozen=True)
+class FrameRef:
+    """A frame named in a URL: a run key and either an env step or an episode id (its end
+    observation). Written ``key:123`` or ``key:ep_000012``."""
+
+    run: str
+    step: int | None = None
+    episode: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.run}:{self.episode if self.episode else self.step}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.run} · " + (f"{self.episode} (end)" if self.episode else f"step {self.step}")
+
+
+def parse_frame_ref(text: str) -> FrameRef:
+    """Parse ``key:step`` or ``key:ep_NNNNNN``; raise ValueError on anything else."""
+    key, sep, what = text.strip().rpartition(":")
+    if not sep or not key:
+        raise ValueError(f"frame {text!r} must look like RUN:STEP or RUN:ep_000012")
+    if EPISODE_ID.match(what):
+        return FrameRef(key, episode=what)
+    step = parse_int(what)
+    if step is None or step < 0:
+        raise ValueError(f"frame {text!r}: {what!r} is neither a step nor an episode id")
+    return FrameRef(key, step=step)
+
+
+def parse_frame_refs(value: str | None) -> tuple[list[FrameRef], list[str]]:
+    """All frame references of a ``frames`` query value (at most :data:`MAX_FRAMES`), and errors."""
+    refs, errors = [], []
+    for part in split_list(value):
+        try:
+            refs.append(parse_frame_ref(part))
+        except ValueError as e:
+            errors.append(str(e))
+    if len(refs) > MAX_FRAMES:
+        errors.append(f"only the first {MAX_FRAMES} of {len(refs)} frames are shown")
+        refs = refs[:MAX_FRAMES]
+    return refs, errors
+
+
+def format_frame_refs(refs: list[FrameRef]) -> str:
+    """The ``frames`` query value for a list of references."""
+    return ",".join(str(r) for r in refs[:MAX_FRAMES])

@@ -1,0 +1,69 @@
+"""One palette for every page: methods, cell kinds, action kinds, outcomes, marks, lives, vitals.
+
+Colours are stable: the same method, cell kind or action kind has the same colour on every
+page and in every run. Names not listed get a colour from a fixed hash of the name.
+"""
+from __future__ import annotations
+
+import zlib
+
+QUALITATIVE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+               "#9c755f", "#bab0ac", "#17becf", "#bcbd22")
+"""Tableau-10 plus two: the fallback palette for names without a fixed colour."""
+
+METHOD_COLORS = {
+    "mfm": "#1b9e77", "vista": "#d95f02", "pro-long": "#7570b3", "prolong": "#7570b3", "direct": "#e7298a",
+    "random": "#666666", "scripted": "#e6ab02",
+}
+
+CELL_KIND_COLORS = {
+    "walked": "#c7ccd6", "placed": "#8c564b", "opened": "#f2b01e", "blocked": "#3b3b3b", "hazard": "#d62728",
+    "water": "#1f77b4",
+}
+
+ACTION_KIND_COLORS = {
+    "initial": "#bab0ac", "episode": "#9c9c9c", "go_to": "#4e79a7", "explore": "#76b7b2", "move": "#76b7b2",
+    "collect": "#59a14f", "do": "#59a14f", "place": "#9c755f", "craft": "#b07aa1", "make": "#b07aa1",
+    "eat": "#f28e2b", "drink": "#17becf", "sleep": "#edc948", "fight": "#e15759", "flee": "#ff9da7",
+    "noop": "#dddddd", "procedure": "#bcbd22",
+}
+
+OUTCOME_COLORS = {"done": "#2ca02c", "failed": "#d62728", "interrupted": "#ff7f0e", "none": "#bbbbbb"}
+
+MARK_STYLES = {
+    "milestone": {"symbol": "star", "color": "#d4a000", "size": 15, "name": "milestone"},
+    "death": {"symbol": "x", "color": "#111111", "size": 13, "name": "death"},
+    "search": {"symbol": "triangle-down", "color": "#7b3fb0", "size": 9, "name": "index search"},
+    "inspect": {"symbol": "diamond", "color": "#00a3a3", "size": 10, "name": "frame inspection"},
+    "memory_write": {"symbol": "square", "color": "#c2185b", "size": 7, "name": "memory write"},
+}
+
+VITAL_COLORS = {"health": "#d62728", "food": "#ff7f0e", "drink": "#1f77b4", "energy": "#2ca02c"}
+
+STATUS_LABELS = {"running": "● running", "finished": "✓ finished", "interrupted": "‖ interrupted",
+                 "crashed": "✗ crashed", "unknown": "? unknown"}
+
+
+def _hashed(name: str) -> str:
+    return QUALITATIVE[zlib.crc32(name.encode("utf-8")) % len(QUALITATIVE)]
+
+
+def method_color(method: str | None) -> str:
+    """The colour of a method (agent configuration) on every page."""
+    name = (method or "unknown").lower()
+    return METHOD_COLORS.get(name) or _hashed(name)
+
+
+def cell_kind_color(kind: str) -> str:
+    return CELL_KIND_COLORS.get(kind) or _hashed(kind)
+
+
+def category_color(category: str, color_by: str) -> str:
+    """Colour of a timeline bar category: an action kind or an outcome."""
+    if color_by == "outcome":
+        return OUTCOME_COLORS.get(category) or _hashed(category)
+    return ACTION_KIND_COLORS.get(category) or _hashed(category)
+
+
+def life_color(life: int) -> str:
+    return QUALITATIVE[int(life) % len(QUALITATIVE)]

@@ -1,0 +1,219 @@
+"""Streamlit glue shared by the pages: the runs root, URL state, cached loading, the sidebar.
+
+Every piece of view state (selected runs, focused run, episode, step, frames, cell, ...)
+lives in the URL query string, so any view is a shareable deep link. Values are also kept
+in the session, so moving between pages through the sidebar keeps the selection.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from dashboard.core import PAGES_DIR, resolve_run_key, run_key, runs_root, split_list
+from loaders import views
+from loaders.run import Run, find_runs, open_run, signature
+from loaders.views import UnsafePath
+
+STICKY = "_mfm_sticky"
+GLOBAL_KEYS = ("runs", "run")
+
+PAGE_SPECS = {
+    "runs": ("runs.py", "Runs", ":material/table_rows:"),
+    "timeline": ("timeline.py", "Timeline", ":material/view_timeline:"),
+    "frames": ("frames.py", "Frames", ":material/compare:"),
+    "grid": ("grid.py", "Spatial grid", ":material/grid_on:"),
+}
+
+
+def pages() -> dict[str, Any]:
+    """The app's pages as ``st.Page`` objects (the Runs page is the default)."""
+    return {name: st.Page(PAGES_DIR / file, title=title, icon=icon, url_path=name, default=name == "runs")
+            for name, (file, title, icon) in PAGE_SPECS.items()}
+
+
+def root() -> Path:
+    """The runs root of this dashboard (``--root`` after ``--``, env MFM_RUNS_ROOT, or sample_runs/)."""
+    return runs_root(sys.argv[1:])
+
+
+def qp(name: str) -> str | None:
+    """One query parameter (the last value if repeated)."""
+    v = st.query_params.get(name)
+    return v if v else None
+
+
+def set_qp(**values: Any) -> None:
+    """Set (or, with None/empty, remove) query parameters, remembering them for page changes."""
+    sticky = st.session_state.setdefault(STICKY, {})
+    for k, v in values.items():
+        text = "" if v is None else str(v)
+        if text:
+            if st.query_params.get(k) != text:
+                st.query_params[k] = text
+            sticky[k] = text
+        else:
+            if k in st.query_params:
+                del st.query_params[k]
+            sticky.pop(k, None)
+
+
+def restore(keys: tuple[str, ...]) -> None:
+    """Put back query parameters this session had set that the URL lacks (after a page change)."""
+    sticky = st.session_state.setdefault(STICKY, {})
+    for k in (*GLOBAL_KEYS, *keys):
+        if k in st.query_params:
+            sticky[k] = st.query_params[k]
+        elif k in sticky:
+            st.query_params[k] = sticky[k]
+
+
+def init_widget(key: str, value: Any) -> None:
+    """Give a keyed widget its starting value (from the URL) unless it already has one."""
+    if key not in st.session_state:
+        st.session_state[key] = value
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _run(path: str, sig: tuple) -> Run:
+    return open_run(path)
+
+
+def get_run(path: Path) -> Run:
+    """A run, cached on its file signature: a run being written is re-read when it changes."""
+    return _run(str(path), signature(path))
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def _find(root_dir: str) -> list[str]:
+    return [str(p) for p in find_runs(root_dir)]
+
+
+def all_runs() -> list[Run]:
+    """Every run under the root (the folder listing is re-read every few seconds)."""
+    return [get_run(Path(p)) for p in _find(str(root()))]
+
+
+def selected_runs() -> list[tuple[str, Run]]:
+    """The runs named by ``runs`` in the URL; refused keys are reported on the page."""
+    base = root()
+    out: list[tuple[str, Run]] = []
+    for key in split_list(qp("runs")):
+        try:
+            path = resolve_run_key(base, key)
+        except UnsafePath as e:
+            st.error(f"Refused run path: {e}. Runs are named relative to the runs root {base}.", icon="🚫")
+            continue
+        if key not in [k for k, _ in out]:
+            out.append((run_key(base, path), get_run(path)))
+    return out
+
+
+def focus_run(runs: list[tuple[str, Run]]) -> tuple[str, Run] | None:
+    """The run this page shows (``run`` in the URL, else the first selected run)."""
+    if not runs:
+        return None
+    keys = [k for k, _ in runs]
+    want = qp("run")
+    if want and want not in keys:
+        st.warning(f"Run {want!r} from the URL is not among the open runs; showing {keys[0]}.")
+    return runs[keys.index(want)] if want in keys else runs[0]
+
+
+def _on_focus() -> None:
+    set_qp(run=st.session_state["w_focus"])
+
+
+def sidebar(page_keys: tuple[str, ...] = ()) -> tuple[list[tuple[str, Run]], tuple[str, Run] | None]:
+    """Restore URL state, draw the sidebar run picker; return (open runs, focused run)."""
+    restore(page_keys)
+    runs = selected_runs()
+    focus = focus_run(runs)
+    with st.sidebar:
+        st.caption(f"Runs root: `{root()}`")
+        if runs:
+            keys = [k for k, _ in runs]
+            st.session_state["w_focus"] = focus[0] if focus else keys[0]
+            st.selectbox("Focused run", keys, key="w_focus", on_change=_on_focus,
+                         help="The run shown by Timeline, Frames and Spatial grid. Open runs on the Runs page.")
+            if focus:
+                m = focus[1].manifest
+                if m:
+                    st.caption(f"{m.task} · {m.method} · seed {m.seed} · {focus[1].status}")
+        else:
+            st.caption("No run open: pick runs on the Runs page.")
+    if focus and qp("run") != focus[0]:
+        set_qp(run=focus[0])
+    return runs, focus
+
+
+def need_run(focus: tuple[str, Run] | None) -> tuple[str, Run]:
+    """Stop the page with a pointer to the Runs page when no run is open."""
+    if focus is None:
+        st.info("No run is open. Pick one or more runs on the Runs page; they are kept in the URL.")
+        st.page_link(pages()["runs"], label="Go to Runs", icon=":material/table_rows:")
+        st.stop()
+    return focus
+
+
+def link_params(**extra: Any) -> dict[str, str]:
+    """Query params for a link to another page: the open runs plus ``extra``."""
+    out = {k: v for k in GLOBAL_KEYS if (v := qp(k))}
+    out.update({k: str(v) for k, v in extra.items() if v is not None and str(v) != ""})
+    return out
+
+
+@st.cache_data(max_entries=2048, show_spinner=False)
+def _frame(path: str, sig: tuple, step: int | None, episode: str | None) -> np.ndarray:
+    return views.frame_for(open_run(path), step=step, episode=episode)
+
+
+def frame(run: Run, step: int | None = None, episode: str | None = None) -> np.ndarray:
+    """A frame (cached on the run's signature); raises FrameError or UnsafePath."""
+    return _frame(str(run.path), run.signature, step, episode)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _tl(path: str, sig: tuple, lo: int, hi: int, color_by: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    run = open_run(path)
+    return (views.timeline_bars(run.episodes(), lo, hi, color_by), views.timeline_marks(run, lo, hi),
+            views.vitals_series(run.steps(), lo, hi))
+
+
+def timeline_data(run: Run, lo: int, hi: int, color_by: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Bars, marks and vitals of a step range (cached on the run's signature)."""
+    return _tl(str(run.path), run.signature, lo, hi, color_by)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _insp(path: str, sig: tuple) -> pd.DataFrame:
+    run = open_run(path)
+    return views.inspections(run.turns(), run.episodes())
+
+
+def inspections(run: Run) -> pd.DataFrame:
+    return _insp(str(run.path), run.signature)
+
+
+def show_problems(key: str, run: Run) -> None:
+    """A collapsible warning listing a damaged run's problems with file:line."""
+    probs = views.problems_table(run)
+    if not len(probs):
+        return
+    errors = int((probs["severity"] == "error").sum())
+    label = f"⚠️ {key}: {len(probs)} problem(s), {errors} error(s) — the run is damaged"
+    with st.expander(label, expanded=False):
+        st.warning("These lines or files were skipped; everything else of the run is shown.")
+        st.dataframe(probs, hide_index=True, width="stretch",
+                     column_config={"where": st.column_config.TextColumn("file:line", width="medium"),
+                                    "message": st.column_config.TextColumn("problem", width="large")})
+
+
+def stamp() -> str:
+    """The wall time, for captions of pages that refresh."""
+    return time.strftime("%H:%M:%S")

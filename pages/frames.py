@@ -1,0 +1,227 @@
+"""Frames: compare 2–4 frames with synchronised zoom, crop/magnify, difference, A/B wipe, tiles."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+from PIL import Image
+
+from dashboard import charts, ui
+from dashboard.core import MAX_FRAMES, FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_int, \
+    resolve_run_key, split_list
+from loaders import views
+from mfm.memory.retrieval import FrameError, compare, crop, difference, enlarge
+
+runs, focus = ui.sidebar(("frames", "tiles", "diff", "region", "cell"))
+key, run = ui.need_run(focus)
+root = ui.root()
+st.title("Frames")
+st.caption("Compare up to four frames of the open runs: zoom and pan stay in sync, pixels stay sharp. Pick frames "
+           "by step, by episode, from an inspection (what the agent retrieved beside what it saw), or by place.")
+open_keys = [k for k, _ in runs]
+by_key = dict(runs)
+
+refs, ref_errors = parse_frame_refs(ui.qp("frames"))
+for e in ref_errors:
+    st.warning(e)
+
+
+def _set(new: list[FrameRef], cell: str | None = None) -> None:
+    """Button callback: put a new frame list (and the cell it came from) into the URL."""
+    ui.set_qp(frames=format_frame_refs(new) or None)
+    if cell:
+        ui.set_qp(cell=cell)
+
+
+def _run_of(ref: FrameRef):
+    if ref.run in by_key:
+        return by_key[ref.run]
+    return ui.get_run(resolve_run_key(root, ref.run))
+
+
+loaded: list[tuple[FrameRef, np.ndarray, str]] = []
+for ref in refs:
+    try:
+        r = _run_of(ref)
+        img = ui.frame(r, step=ref.step, episode=ref.episode)
+    except views.UnsafePath as e:
+        st.error(f"Refused frame {ref}: {e}", icon="🚫")
+        continue
+    except FrameError as e:
+        st.error(f"Frame {ref} cannot be shown: {e}")
+        continue
+    title = ref.label if len({x.run for x in refs}) > 1 else (
+        f"{ref.episode} (end)" if ref.episode else f"step {ref.step}")
+    if ref.step is not None:
+        sr = views.step_row(r, ref.step)
+        if sr:
+            sep = "<br>" if len(refs) > 2 or len({x.run for x in refs}) > 1 else " · "
+            title += f"{sep}life {sr['life']} · {sr['action']} · ({sr['x']:g}, {sr['y']:g})"
+    loaded.append((ref, img, title))
+
+ins = ui.inspections(run)
+tab_step, tab_ep, tab_insp, tab_place = st.tabs(["By step", "By episode", "From an inspection", "By place"])
+with tab_step:
+    c1, c2, c3 = st.columns([3, 2, 2])
+    src = c1.selectbox("Run", open_keys, index=open_keys.index(key), key="w_step_run")
+    lo, hi = views.step_bounds(by_key[src])
+    s = c2.number_input("Env step", min_value=lo, max_value=max(lo, hi), value=min(max(lo, hi), max(lo, 1)),
+                        key="w_step_n")
+    c3.write("")
+    c3.button("Add frame", key="add_step", disabled=len(refs) >= MAX_FRAMES, on_click=_set,
+              args=(refs + [FrameRef(src, step=int(s))],))
+with tab_ep:
+    eps = run.episodes()
+    if len(eps):
+        c1, c2, c3 = st.columns([4, 2, 2])
+        ep = c1.selectbox("Episode of the focused run", list(eps["id"]), key="w_frames_ep",
+                          format_func=lambda e: f"{e} — {eps.loc[eps['id'] == e, 'summary'].iloc[0][:80]}")
+        ref = run.episode(ep)
+        choices = ["end observation"] + ([f"first step ({ref.first_step + 1})", f"last step ({ref.last_step})"]
+                                         if ref and ref.frames else [])
+        which = c2.selectbox("Which frame", choices, key="w_frames_which")
+        c3.write("")
+        new = FrameRef(key, episode=ep) if which == "end observation" else FrameRef(
+            key, step=ref.first_step + 1 if which.startswith("first") else ref.last_step)
+        c3.button("Add frame", key="add_ep", disabled=len(refs) >= MAX_FRAMES, on_click=_set, args=(refs + [new],))
+with tab_insp:
+    if not len(ins):
+        st.info("This run has no frame inspections (turn calls with tool 'inspect').")
+    else:
+        i = st.selectbox("Inspection event", range(len(ins)), format_func=lambda k: ins.iloc[k]["label"],
+                         key="w_insp")
+        row = ins.iloc[i]
+        target = FrameRef(key, step=int(row["target_step"])) if not pd.isna(row["target_step"]) else \
+            FrameRef(key, episode=row["episode"])
+        st.button("Compare the retrieved frame with the frame the agent had", key="use_insp", on_click=_set,
+                  args=([target, FrameRef(key, step=int(row["step"]))],))
+with tab_place:
+    cell = parse_cell(ui.qp("cell"))
+    c1, c2 = st.columns(2)
+    x = c1.number_input("Cell x", value=cell[0] if cell else 32, step=1, key="w_cell_x")
+    y = c2.number_input("Cell y", value=cell[1] if cell else 32, step=1, key="w_cell_y")
+    parts = []
+    for k, r in runs:
+        f = views.frames_at_cell(r.steps(), int(x), int(y))
+        if len(f):
+            parts.append(f.assign(run=k))
+    here = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["step", "life", "episode", "run"])
+    st.caption(f"{len(here)} frames were taken at ({int(x)}, {int(y)}) over {here['run'].nunique()} open run(s) and "
+               f"{here[['run', 'life']].drop_duplicates().shape[0]} life(s).")
+    if len(here):
+        sel = st.dataframe(here[["run", "life", "step", "episode"]], hide_index=True, width="stretch", height=220,
+                           on_select="rerun", selection_mode="multi-row", key="w_place_table")
+        rows = sel.selection.rows if sel and sel.selection else []
+        spread = here.drop_duplicates(["run", "life"]).head(MAX_FRAMES)
+        b1, b2 = st.columns(2)
+        here_cell = f"{int(x)},{int(y)}"
+        b1.button(f"Compare the {min(len(rows), MAX_FRAMES)} selected", disabled=not rows, key="place_sel",
+                  on_click=_set, args=([FrameRef(here.iloc[j]["run"], step=int(here.iloc[j]["step"]))
+                                        for j in rows[:MAX_FRAMES]], here_cell))
+        b2.button("Compare one frame per run and life", key="place_spread", on_click=_set,
+                  args=([FrameRef(r_, step=int(s_)) for r_, s_ in zip(spread["run"], spread["step"])], here_cell))
+
+if not loaded:
+    st.info("No frame chosen yet: add frames above (by step, episode, inspection or place). "
+            "The choice is kept in the URL as frames=RUN:STEP,…")
+    st.stop()
+
+chips = st.columns(MAX_FRAMES)
+for j, (ref, _, title) in enumerate(loaded):
+    single = len({x.run for x in refs}) == 1
+    short = (f"{ref.episode} (end)" if ref.episode else f"step {ref.step}") if single else str(ref)
+    chips[j].button(f"✕ {short}", key=f"rm_{j}", help=f"Remove {ref}", on_click=_set,
+                    args=([r for r in refs if r != ref],))
+
+frames = [f for _, f, _ in loaded]
+titles = [t for _, _, t in loaded]
+if len(loaded) == 2 and len(ins) and loaded[0][0].run == loaded[1][0].run == key:
+    a_ref, b_ref = loaded[0][0], loaded[1][0]
+    for _, row in ins[ins["step"] == (b_ref.step if b_ref.step is not None else -1)].iterrows():
+        hit = (a_ref.step == row["target_step"]) if not pd.isna(row["target_step"]) else a_ref.episode == row["episode"]
+        if hit:
+            st.info(f"Inspection: left is the retrieved frame, right the frame the agent had when it looked "
+                    f"({row['label']}).")
+            titles = ["retrieved: " + titles[0], "agent's view: " + titles[1]]
+            break
+t = views.tile_size(frames[0])
+opt = st.columns([1.3, 1.3, 3, 3])
+tiles_q, diff_q = ui.qp("tiles") == "1", ui.qp("diff") == "1"
+ui.init_widget("w_tiles", tiles_q)
+ui.init_widget("w_diff", diff_q)
+opt[0].toggle("Tile grid", key="w_tiles",
+              on_change=lambda: ui.set_qp(tiles="1" if st.session_state["w_tiles"] else None),
+              help=f"Crafter tiles are {t} px here (width // 9); the yellow line closes the 9x7 map.")
+opt[1].toggle("Pixel diff", key="w_diff", on_change=lambda: ui.set_qp(diff="1" if st.session_state["w_diff"] else None),
+              help="Second row: pixels differing from the first frame in magenta.")
+reg = [parse_int(v) for v in split_list(ui.qp("region"))]
+reg = reg if len(reg) == 4 and None not in reg else [0, 0, 9, 9]
+ui.init_widget("w_cols", (max(0, min(reg[0], 8)), max(1, min(reg[2], 9))))
+ui.init_widget("w_rows", (max(0, min(reg[1], 8)), max(1, min(reg[3], 9))))
+
+
+def _on_region() -> None:
+    c0, c1_ = st.session_state["w_cols"]
+    r0, r1 = st.session_state["w_rows"]
+    full = (c0, r0, c1_, r1) == (0, 0, 9, 9)
+    ui.set_qp(region=None if full else f"{c0},{r0},{c1_},{r1}")
+
+
+opt[2].slider("Region: tile columns", 0, 9, key="w_cols", on_change=_on_region,
+              help="Zoom every panel to these tiles (the panels stay in sync; drag to zoom further).")
+opt[3].slider("Region: tile rows", 0, 9, key="w_rows", on_change=_on_region)
+c0, c1_ = st.session_state["w_cols"]
+r0, r1 = st.session_state["w_rows"]
+if c1_ <= c0:
+    c1_ = c0 + 1
+if r1 <= r0:
+    r1 = r0 + 1
+region = (c0 * t, r0 * t, c1_ * t, r1 * t)
+full = (c0, r0, c1_, r1) == (0, 0, 9, 9)
+
+diffs = None
+if st.session_state["w_diff"] and len(frames) > 1:
+    diffs = []
+    for f, tt in zip(frames[1:], titles[1:]):
+        if f.shape == frames[0].shape:
+            diffs.append((difference(frames[0], f), f"{views.difference_count(frames[0], f)} px differ from frame 1"))
+        else:
+            diffs.append((np.zeros_like(f), "size differs from frame 1"))
+fig = charts.frames_figure(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
+                           region=None if full else region)
+st.plotly_chart(fig, width="stretch", key="frames_chart",
+                config={"scrollZoom": True, "displaylogo": False,
+                        "toImageButtonOptions": {"format": "png", "scale": 4}})
+st.caption("Zoom or pan any panel and the others follow; double-click to reset. Pixels are drawn as blocks "
+           "(nearest neighbour), never smoothed. Hover shows the pixel position and colour.")
+
+st.subheader("Magnified region")
+crops = [crop(f, region) for f in frames]
+joined = compare(crops, gap=1)
+fits = [f for f in (2, 3, 4, 6, 8, 12, 16, 24) if joined.shape[1] * f <= 1100] or [1]
+default = max([f for f in fits if joined.shape[1] * f <= 640] or [fits[0]])
+factor = st.select_slider("Magnification", options=fits, value=default, key=f"w_factor_{joined.shape[1]}",
+                          help="Nearest neighbour: each frame pixel becomes a factor x factor block.")
+mag = enlarge(joined, factor)
+st.image(mag, width=mag.shape[1], caption=f"tiles {c0}–{c1_ - 1} × {r0}–{r1 - 1} "
+         f"(pixels {region[0]}–{region[2] - 1} × "
+         f"{region[1]}–{region[3] - 1}), ×{factor} nearest neighbour, left to right as above")
+buf = io.BytesIO()
+Image.fromarray(mag).save(buf, format="PNG")
+st.download_button("Download PNG", buf.getvalue(), file_name="frames.png", mime="image/png")
+
+if len(frames) >= 2:
+    st.subheader("A/B wipe")
+    c1, c2, c3 = st.columns([2, 2, 4])
+    plain = [t.replace("<br>", " · ") for t in titles]
+    ia = c1.selectbox("A (left)", range(len(loaded)), format_func=lambda k: plain[k], key="w_a")
+    ib = c2.selectbox("B (right)", range(len(loaded)), index=1, format_func=lambda k: plain[k], key="w_b")
+    pos = c3.slider("Divider position (% of width from the left)", 0, 100, 50, key="w_wipe")
+    if frames[ia].shape != frames[ib].shape:
+        st.warning("A and B differ in size; the wipe needs frames of the same size.")
+    else:
+        w = views.wipe(crop(frames[ia], region), crop(frames[ib], region), pos / 100)
+        big = enlarge(w, max(1, min(factor * len(frames), 1100 // w.shape[1])))
+        st.image(big, width=big.shape[1], caption=f"A = {plain[ia]} | B = {plain[ib]}; yellow line at {pos}%")

@@ -1,0 +1,145 @@
+"""Spatial grid: the traversed-cell map, each life's path, episode positions and deaths."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, ui
+from dashboard.core import parse_cell, parse_range, split_list
+from dashboard.theme import CELL_KIND_COLORS
+from loaders import views
+from mfm.schema import GRID_KINDS
+
+_, focus = ui.sidebar(("cell", "range", "kinds", "life"))
+key, run = ui.need_run(focus)
+st.title("Spatial grid")
+st.caption(f"`{key}` · the cells the agent interacted with (append-only grid.jsonl), its paths and deaths; "
+           "the second axis grows downwards, as in the game.")
+ui.show_problems(key, run)
+
+plane = "z" if run.is_3d else "y"
+grid_rows = run.grid()
+eps = run.episodes()
+steps = run.steps()
+if plane == "z":
+    st.info("This run is 3-D: the map shows the horizontal plane (x, z); the height y is left out.")
+    grid_rows = grid_rows.assign(y=grid_rows["z"]) if len(grid_rows) else grid_rows
+    eps = eps.assign(y=eps["z"]) if len(eps) else eps
+    steps = steps.iloc[0:0]
+first, last = views.step_bounds(run)
+rng = parse_range(ui.qp("range")) or (first, last)
+rng = (max(first, min(rng[0], last)), min(last, max(rng[1], first)))
+if rng[0] >= rng[1]:
+    rng = (first, last)
+kinds_q = [k for k in split_list(ui.qp("kinds")) if k in GRID_KINDS] or list(GRID_KINDS)
+ui.init_widget("w_grid_range", rng)
+ui.init_widget("w_kinds", kinds_q)
+
+
+def _on_filter() -> None:
+    lo_, hi_ = st.session_state["w_grid_range"]
+    ks = st.session_state["w_kinds"]
+    ui.set_qp(range=None if (lo_, hi_) == (first, last) else f"{lo_}-{hi_}",
+              kinds=None if set(ks) == set(GRID_KINDS) else ",".join(ks))
+
+
+all_lives = sorted({int(v) for df in (grid_rows, eps, steps) if len(df) for v in df["life"].dropna()})
+life_q = ui.qp("life")
+ui.init_widget("w_life", int(life_q) if life_q and life_q.isdigit() and int(life_q) in all_lives else None)
+
+
+def _on_life() -> None:
+    v = st.session_state["w_life"]
+    ui.set_qp(life=None if v is None else v)
+
+
+c1, c2, c4, c3 = st.columns([3, 3, 1.4, 1.6])
+c4.selectbox("Life", all_lives, key="w_life", on_change=_on_life, placeholder="all lives",
+             format_func=lambda v: f"life {v}", help="Show one life only (empty: all lives).")
+life = st.session_state["w_life"]
+if life is not None:
+    grid_rows = grid_rows[grid_rows["life"] == life] if len(grid_rows) else grid_rows
+    eps = eps[eps["life"] == life] if len(eps) else eps
+    steps = steps[steps["life"] == life] if len(steps) else steps
+if last > first:
+    c1.slider("Step range", min_value=first, max_value=last, key="w_grid_range", on_change=_on_filter)
+c2.multiselect("Cell kinds", list(GRID_KINDS), key="w_kinds", on_change=_on_filter,
+               format_func=lambda k: f"{k}")
+show_paths = c3.toggle("Paths", value=True, key="w_paths")
+show_eps = c3.toggle("Episode positions", value=True, key="w_eps")
+lo, hi = st.session_state["w_grid_range"] if last > first else (first, last)
+kinds = st.session_state["w_kinds"]
+
+cell = parse_cell(ui.qp("cell"))
+cells = views.grid_cells(grid_rows, lo, hi, kinds)
+paths = views.trajectories(steps, lo, hi) if show_paths else pd.DataFrame(columns=["life", "step", "x", "y"])
+pos = eps[(eps["last_step"] >= lo) & (eps["first_step"] <= hi) & eps["x"].notna() & eps["y"].notna()] \
+    if show_eps and len(eps) else pd.DataFrame(columns=["id", "x", "y", "life", "summary"])
+lv = run.lives()
+if life is not None and len(lv):
+    lv = lv[lv["life"] == life]
+deaths = lv[(lv["event"] == "death") & (lv["step"] >= lo) & (lv["step"] <= hi) & lv["x"].notna()] \
+    if len(lv) and plane == "y" else pd.DataFrame(columns=["x", "y", "step", "cause"])
+extent = views.grid_extent(grid_rows, steps, eps)
+fig = charts.grid_figure(cells, paths, pos, deaths, extent, cell, plane)
+
+
+def _on_pick() -> None:
+    """Chart selection callback: the clicked marker's cell goes into the URL."""
+    sel = st.session_state.get("grid_chart")
+    points = sel["selection"]["points"] if sel and sel.get("selection") else []
+    for p in points:
+        px, py = p.get("x"), p.get("y")
+        if isinstance(px, (int, float)) and isinstance(py, (int, float)):
+            ui.set_qp(cell=f"{int(round(px))},{int(round(py))}")
+            st.session_state.pop("w_gx", None)
+            st.session_state.pop("w_gy", None)
+            break
+
+
+st.plotly_chart(fig, width="stretch", key="grid_chart", on_select=_on_pick, selection_mode="points")
+counts = cells["kind"].value_counts() if len(cells) else pd.Series(dtype=int)
+st.caption(" · ".join(f"{k}: {int(counts.get(k, 0))} cells" for k in GRID_KINDS) +
+           f" · {len(paths)} path points drawn (of {len(steps)} steps) · click a marker to pick its cell")
+
+st.subheader("Cell")
+st.session_state["w_gx"] = cell[0] if cell else (int(pos["x"].iloc[-1]) if len(pos) else 32)
+st.session_state["w_gy"] = cell[1] if cell else (int(pos["y"].iloc[-1]) if len(pos) else 32)
+a, b = st.columns(2)
+a.number_input("x", step=1, key="w_gx", on_change=lambda: ui.set_qp(cell=f"{st.session_state['w_gx']},"
+                                                                         f"{st.session_state['w_gy']}"))
+b.number_input(plane, step=1, key="w_gy", on_change=lambda: ui.set_qp(cell=f"{st.session_state['w_gx']},"
+                                                                         f"{st.session_state['w_gy']}"))
+if cell is None:
+    st.info("Pick a cell: click a marker on the map or type x and y.")
+    st.stop()
+
+x, y = cell
+rows = grid_rows
+rows = rows[(rows["x"] == x) & (rows["y"] == y)] if len(rows) else rows
+here = views.episodes_at_cell(run, x, y, plane)
+frames_here = views.frames_at_cell(steps, x, y)
+st.markdown(f"**({x}, {y})**: {len(rows)} grid record(s), {len(here)} episode(s), {len(frames_here)} frame(s) "
+            "taken standing here.")
+if len(rows):
+    st.dataframe(rows[["step", "life", "kind", "item", "damage", "cause"]], hide_index=True, width="stretch",
+                 column_config={"kind": st.column_config.TextColumn("kind", help=", ".join(
+                     f"{k}: {c}" for k, c in CELL_KIND_COLORS.items()))})
+if len(here):
+    st.dataframe(here, hide_index=True, width="stretch", height=min(400, 40 + 35 * len(here)))
+    pick = st.selectbox("Episode", list(here["episode"]), key="w_grid_ep",
+                        format_func=lambda e: f"{e} — " + here.loc[here["episode"] == e, "summary"].iloc[0][:90])
+    r = here[here["episode"] == pick].iloc[0]
+    s = int(r["step"])
+    pg = ui.pages()
+    l1, l2, l3 = st.columns(3)
+    l1.page_link(pg["timeline"], label=f"Open {pick} in Timeline", icon=":material/view_timeline:",
+                 query_params=ui.link_params(ep=pick, step=s))
+    fr = f"{key}:{s}" if run.index.episode_at(s) is not None else f"{key}:{pick}"
+    l2.page_link(pg["frames"], label=f"Open its frame (step {s}) in Frames", icon=":material/compare:",
+                 query_params=ui.link_params(frames=fr, cell=f"{x},{y}"))
+    spread = frames_here.drop_duplicates("life").head(4)
+    if len(spread) >= 2:
+        l3.page_link(pg["frames"], label="Compare this place across lives", icon=":material/compare:",
+                     query_params=ui.link_params(frames=",".join(f"{key}:{v}" for v in spread["step"]),
+                                                 cell=f"{x},{y}"))

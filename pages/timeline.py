@@ -1,0 +1,191 @@
+"""Timeline: episodes over env steps, one lane per life, with marks; episode details and frames."""
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from dashboard import charts, ui
+from dashboard.core import parse_int, parse_range
+from loaders import views
+from mfm.memory.retrieval import FrameError
+
+
+
+def _fmt(v: float | None) -> str:
+    return "—" if v is None else f"{v:g}" if float(v).is_integer() else f"{v:.1f}"
+
+
+_, focus = ui.sidebar(("ep", "step", "range", "color"))
+key, run = ui.need_run(focus)
+st.title("Timeline")
+m = run.manifest
+st.caption(f"`{key}` · {m.task if m else '?'} · {m.method if m else '?'} · seed {m.seed if m else '?'} · "
+           f"{run.status} · {len(run.episodes())} episodes")
+ui.show_problems(key, run)
+
+first, last = views.step_bounds(run)
+if last <= first:
+    st.info("This run has no episodes yet.")
+    st.stop()
+
+rng = parse_range(ui.qp("range")) or (first, last)
+rng = (max(first, min(rng[0], last)), min(last, max(rng[1], first)))
+if rng[0] >= rng[1]:
+    rng = (first, last)
+color_q = ui.qp("color")
+ui.init_widget("w_color", "outcome" if color_q == "outcome" else "action kind")
+ui.init_widget("w_range", rng)
+
+
+def _on_range() -> None:
+    lo, hi = st.session_state["w_range"]
+    ui.set_qp(range=None if (lo, hi) == (first, last) else f"{lo}-{hi}")
+
+
+def _on_color() -> None:
+    ui.set_qp(color="outcome" if st.session_state["w_color"] == "outcome" else None)
+
+
+c1, c2 = st.columns([1, 4])
+c1.radio("Colour episodes by", ["action kind", "outcome"], key="w_color", on_change=_on_color, horizontal=True)
+c2.slider("Step range (zoom)", min_value=first, max_value=last, key="w_range", on_change=_on_range,
+          help="Server-side zoom: long runs are binned to the range shown. Drag in the chart to zoom further.")
+lo, hi = st.session_state["w_range"]
+color_by = "outcome" if st.session_state["w_color"] == "outcome" else "action_kind"
+
+ep_id = ui.qp("ep")
+if ep_id and run.episode(ep_id) is None:
+    st.warning(f"Episode {ep_id!r} from the URL is not in this run.")
+    ep_id = None
+step = parse_int(ui.qp("step"))
+
+bars, marks, vitals = ui.timeline_data(run, lo, hi, color_by)
+lives = sorted(set(int(v) for v in bars["life"])) if len(bars) else [0]
+sel = run.episode(ep_id) if ep_id else None
+fig = charts.timeline_figure(bars, marks, vitals, color_by, lives, ep_id, step, (lo - 0.5, hi + 0.5),
+                             (sel.first_step, sel.last_step, sel.life) if sel else None)
+points = len(bars) + len(marks) + 4 * len(vitals)
+
+
+def _on_bar() -> None:
+    """Chart selection callback: a clicked episode bar becomes the selected episode."""
+    sel = st.session_state.get("timeline_chart")
+    for p in (sel["selection"]["points"] if sel and sel.get("selection") else []):
+        cd = p.get("customdata")
+        if isinstance(cd, list) and cd and isinstance(cd[0], str) and cd[0].startswith("ep_"):
+            ref = run.episode(cd[0])
+            ui.set_qp(ep=cd[0], step=ref.first_step + 1 if ref and ref.frames else None)
+            st.session_state.pop("w_step", None)
+            break
+
+
+st.plotly_chart(fig, width="stretch", key="timeline_chart", on_select=_on_bar, selection_mode="points")
+binned = len(bars) and (bars["count"] > 1).any()
+st.caption(f"Steps {lo}–{hi}: {int(bars['count'].sum()) if len(bars) else 0} episodes"
+           + (f" merged into {len(bars)} bars" if binned else "")
+           + f", {int(marks['count'].sum()) if len(marks) else 0} marks; {points} points drawn. "
+           "Click a bar to open its episode.")
+
+eps = run.episodes()
+in_range = eps[(eps["last_step"] >= lo) & (eps["first_step"] <= hi)]
+options = list(in_range["id"].head(3000))
+if ep_id and ep_id not in options:
+    options = [ep_id] + options
+summaries = dict(zip(eps["id"], eps["summary"]))
+
+
+def _on_ep() -> None:
+    e = st.session_state["w_ep"]
+    ref = run.episode(e) if e else None
+    ui.set_qp(ep=e, step=ref.first_step + 1 if ref and ref.frames else None)
+    st.session_state.pop("w_step", None)
+
+
+st.session_state["w_ep"] = ep_id if ep_id in options else None
+st.selectbox("Episode", options, key="w_ep", on_change=_on_ep, placeholder="Pick an episode (or click a bar)",
+             format_func=lambda e: f"{e} — {summaries.get(e, '')[:90]}")
+if len(in_range) > 3000:
+    st.caption("Only the first 3,000 episodes of the range are listed; zoom in to reach the others.")
+
+if not ep_id:
+    st.stop()
+
+try:
+    d = views.episode_detail(run, ep_id)
+except (KeyError, views.UnsafePath) as e:
+    st.error(str(e))
+    st.stop()
+row = d.row
+st.subheader(f"{row.id} · {row.action_kind or row.kind} · steps {row.first_step}–{row.last_step} · "
+             f"life {row.life}")
+left, right = st.columns([3, 2])
+with left:
+    st.markdown(f"**Summary.** {row.summary}")
+    st.markdown("**Tags.** " + (" ".join(f"`{t}`" for t in row.tags) or "—"))
+    st.markdown(f"**Outcome.** {row.outcome or '—'} · **turn** {row.turn if row.turn is not None else '—'} · "
+                f"**position** ({_fmt(row.x)}, {_fmt(row.y)}{', ' + _fmt(row.z) if row.z is not None else ''}) · "
+                f"**frames** {row.frames}")
+    if row.events:
+        st.markdown("**Events.**\n" + "\n".join(f"- {e}" for e in row.events))
+    if row.note:
+        st.markdown(f"**Note.** {row.note}")
+    ev = marks
+    if len(marks):
+        decision = marks["kind"].isin(["search", "inspect"])
+        during = (marks["step"] > row.first_step) & (marks["step"] <= row.last_step)
+        before = (marks["step"] >= row.first_step) & (marks["step"] < row.last_step)
+        ev = marks[(marks["life"] == row.life) & ((decision & before) | (~decision & during))]
+    if len(ev):
+        st.markdown("**Marks in this episode.**")
+        st.dataframe(ev[["step", "kind", "label"]], hide_index=True, width="stretch")
+with right:
+    tabs = st.tabs(["state.json", "action.json", "outcome.json", "steps"])
+    for tab, (name, obj) in zip(tabs, (("state.json", d.state), ("action.json", d.action),
+                                       ("outcome.json", d.outcome))):
+        with tab:
+            if obj is None:
+                st.warning(f"{row.path}/{name} is missing or unreadable.")
+            else:
+                st.json(obj, expanded=1)
+    with tabs[3]:
+        st.dataframe(d.steps.drop(columns=["episode"], errors="ignore"), hide_index=True, width="stretch", height=260)
+
+if row.frames:
+    st.markdown("**Frame strip**")
+    try:
+        strip = views.frame_strip(run, ep_id, max_frames=24)
+        thumbs = [views.upscale(f, 128) for _, f in strip]
+        st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip])
+        if row.frames > len(strip):
+            st.caption(f"{len(strip)} of {row.frames} frames, evenly spaced; scrub below for every step.")
+    except (FrameError, views.UnsafePath) as e:
+        st.error(f"Frames of {ep_id} cannot be shown: {e}")
+
+    lo_s, hi_s = row.first_step + 1, row.first_step + row.frames
+    cur = step if step is not None and lo_s <= step <= hi_s else lo_s
+    st.session_state["w_step"] = cur
+
+    def _on_step() -> None:
+        ui.set_qp(step=st.session_state["w_step"])
+
+    if hi_s > lo_s:
+        st.slider("Step (scrub the episode's frames)", min_value=lo_s, max_value=hi_s, key="w_step", on_change=_on_step)
+    cur = st.session_state["w_step"]
+    a, b = st.columns([2, 3])
+    try:
+        big = views.upscale(ui.frame(run, step=cur), 320)
+        a.image(big, width=big.shape[1], caption=f"step {cur}")
+    except (FrameError, views.UnsafePath) as e:
+        a.error(f"Frame of step {cur} cannot be shown: {e}")
+    sr = views.step_row(run, cur)
+    if sr:
+        b.markdown(f"**Step {cur}** · action `{sr['action']}` · position ({sr['x']}, {sr['y']}) · "
+                   f"facing {sr['facing']} · reward {sr['reward']}")
+        b.markdown(f"health {sr['health']} · food {sr['food']} · drink {sr['drink']} · energy {sr['energy']}")
+        inv = json.loads(sr["inventory"]) if isinstance(sr["inventory"], str) else sr["inventory"]
+        if inv:
+            b.markdown("inventory: " + (", ".join(f"{k} {v}" for k, v in inv.items() if v) or "empty"))
+    prev = max(first, cur - 1)
+    b.page_link(ui.pages()["frames"], label="Compare with the previous step in Frames",
+                query_params=ui.link_params(frames=f"{key}:{prev},{key}:{cur}"))

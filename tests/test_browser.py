@@ -1,0 +1,239 @@
+"""The dashboard in a real browser: `mfm dashboard ROOT --port P` driven by Playwright + Chromium.
+
+Screenshots of every page go to ``test-artifacts/screenshots/``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import pytest
+
+from dash_data import CRAFTER, DAMAGED, NESTED, make_root
+from loaders.run import open_run
+from loaders.views import inspections
+
+CHROMIUM = os.environ.get("MFM_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "screenshots"
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file(),
+                                reason=f"no Chromium at {CHROMIUM} (set MFM_CHROMIUM or apt-get install chromium)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    root = make_root(tmp_path_factory.mktemp("runs"), crafter_steps=300)
+    port = free_port()
+    mfm = shutil.which("mfm")
+    cmd = ([mfm] if mfm else [sys.executable, "-m", "mfm.cli"]) + ["dashboard", str(root), "--port", str(port)]
+    log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.3)
+        if proc.poll() is not None:
+            break
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+        log.seek(0)
+        pytest.fail(f"the dashboard did not start:\n{log.read()}")
+    if proc.poll() is not None:
+        log.seek(0)
+        pytest.fail(f"the dashboard exited:\n{log.read()}")
+    yield base, root
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def settle(pg, timeout: float = 45) -> None:
+    """Wait until Streamlit has finished running the script and the page stopped changing."""
+    pg.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
+    deadline = time.time() + timeout
+    quiet = 0
+    while time.time() < deadline:
+        running = pg.locator('[data-testid="stStatusWidget"]').count() > 0
+        skeleton = pg.locator('[data-testid="stSkeleton"]').count() > 0
+        quiet = quiet + 1 if not running and not skeleton else 0
+        if quiet >= 4:
+            break
+        time.sleep(0.25)
+    pg.wait_for_load_state("networkidle")
+
+
+def check(pg, name: str, *expected: str, tall: int = 2000) -> None:
+    """No Streamlit exception, the expected texts visible, and a screenshot."""
+    settle(pg)
+    for text in expected:
+        pg.get_by_text(text, exact=False).filter(visible=True).first.wait_for(state="visible", timeout=20_000)
+    assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator(
+        '[data-testid="stException"]').first.inner_text()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.set_viewport_size({"width": 1440, "height": tall})
+    settle(pg)
+    time.sleep(1.0)
+    pg.screenshot(path=str(SHOTS / f"{name}.png"))
+    pg.set_viewport_size({"width": 1440, "height": 1000})
+
+
+def url(base: str, path: str, **params: str) -> str:
+    return f"{base}/{path}" + (f"?{urlencode(params)}" if params else "")
+
+
+def query(pg) -> dict[str, str]:
+    """The page's query parameters as the browser has them now (after history updates)."""
+    return {k: v[-1] for k, v in parse_qs(urlparse(pg.evaluate("location.href")).query).items()}
+
+
+def click_point(pg, selector: str, index: int) -> None:
+    """Hover then click a Plotly point (bar or marker) the way a person does."""
+    box = pg.locator(selector).nth(index).bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    pg.mouse.move(x - 4, y)
+    time.sleep(0.3)
+    pg.mouse.move(x, y)
+    time.sleep(0.5)
+    pg.mouse.click(x, y)
+
+
+def test_runs_page(server, page) -> None:
+    base, _ = server
+    page.goto(url(base, "", runs=f"{CRAFTER},{NESTED},{DAMAGED}"))
+    check(page, "runs", "Runs", "Damaged runs", "Milestones", "crafter_random_s3")
+    page.get_by_text(f"{DAMAGED}:", exact=False).first.click()
+    check(page, "runs_damaged_open", "These lines or files were skipped", tall=1500)
+
+
+def test_timeline_page_and_deep_link(server, page) -> None:
+    base, _ = server
+    link = url(base, "timeline", runs=CRAFTER, ep="ep_000005", step="40", range="0-200", color="outcome")
+    page.goto(link)
+    check(page, "timeline", "Timeline", "Frame strip", "Step (scrub the episode's frames)", tall=2600)
+    assert page.locator(".js-plotly-plot").count() >= 1
+    heading = page.get_by_role("heading", name="ep_000005").first.inner_text()
+    assert "ep_000005" in heading
+    assert query(page)["ep"] == "ep_000005" and query(page)["range"] == "0-200"
+    other = page.context.browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+    other.goto(page.url)
+    check(other, "timeline_deeplink", "Frame strip")
+    assert other.get_by_role("heading", name="ep_000005").first.inner_text() == heading
+    assert other.locator('[data-testid="stRadio"] input[type="radio"]').nth(1).is_checked()
+    other.context.close()
+
+
+def test_clicking_a_bar_opens_its_episode(server, page) -> None:
+    base, _ = server
+    page.goto(url(base, "timeline", runs=CRAFTER))
+    settle(page)
+    assert "ep" not in query(page)
+    click_point(page, ".js-plotly-plot .barlayer .point path", 8)
+    page.wait_for_function("() => location.search.includes('ep=ep_')", timeout=20_000)
+    settle(page)
+    ep = query(page)["ep"]
+    check(page, "timeline_clicked", "Frame strip", ep)
+
+
+def test_clicking_a_marker_picks_its_cell(server, page) -> None:
+    base, _ = server
+    page.goto(url(base, "grid", runs=CRAFTER))
+    settle(page)
+    click_point(page, ".js-plotly-plot .scatterlayer .trace .points path", 3)
+    page.wait_for_function("() => location.search.includes('cell=')", timeout=20_000)
+    settle(page)
+    x, y = query(page)["cell"].split(",")
+    check(page, "grid_clicked", f"({x}, {y}):", tall=1800)
+
+
+def test_frames_page_and_deep_link(server, page) -> None:
+    base, root = server
+    ins = inspections(open_run(root / CRAFTER).turns(), open_run(root / CRAFTER).episodes()).iloc[0]
+    page.goto(url(base, "frames", runs=CRAFTER))
+    check(page, "frames_empty", "No frame chosen yet", tall=1000)
+    page.get_by_role("tab", name="From an inspection").click()
+    page.get_by_role("button", name="Compare the retrieved frame with the frame the agent had").click()
+    check(page, "frames_inspection", "left is the retrieved frame", "Magnified region", tall=2400)
+    assert query(page)["frames"] == f"{CRAFTER}:{int(ins['target_step'])},{CRAFTER}:{int(ins['step'])}"
+    page.get_by_text("Tile grid").click()
+    settle(page)
+    page.wait_for_function("() => location.search.includes('tiles=1')")
+    deep = page.url
+    other = page.context.browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+    other.goto(deep)
+    check(other, "frames_deeplink", "left is the retrieved frame", "A/B wipe", tall=2400)
+    assert other.locator('[data-testid="stCheckbox"] input').first.is_checked()
+    assert query(other)["frames"] == query(page)["frames"]
+    assert other.locator(".js-plotly-plot .imagelayer image, .js-plotly-plot image").count() >= 2
+    other.context.close()
+
+
+def test_grid_page_links_to_frames(server, page) -> None:
+    base, root = server
+    s = open_run(root / CRAFTER).steps().iloc[30]
+    page.goto(url(base, "grid", runs=CRAFTER, cell=f"{int(s['x'])},{int(s['y'])}"))
+    check(page, "grid", "Spatial grid", "cell: walked", f"({int(s['x'])}, {int(s['y'])})", tall=1900)
+    page.get_by_text("in Frames", exact=False).first.click()
+    settle(page)
+    page.wait_for_url("**/frames?**")
+    check(page, "frames_from_grid", "Frames", "Magnified region")
+    assert query(page)["runs"] == CRAFTER and query(page)["frames"].startswith(f"{CRAFTER}:")
+
+
+def test_sidebar_navigation_keeps_the_open_runs(server, page) -> None:
+    base, _ = server
+    page.goto(url(base, "", runs=NESTED))
+    settle(page)
+    page.locator('[data-testid="stSidebarNav"]').get_by_text("Spatial grid").click()
+    settle(page)
+    page.wait_for_url("**/grid**")
+    check(page, "grid_via_sidebar", "Spatial grid", "cell: walked", tall=1200)
+    assert query(page).get("runs") == NESTED
+
+
+def test_escape_attempt_is_refused_in_the_browser(server, page) -> None:
+    base, _ = server
+    page.goto(url(base, "timeline", runs="../../etc", run="../../etc"))
+    check(page, "refused", "Refused run path", "No run is open", tall=900)

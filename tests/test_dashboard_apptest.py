@@ -1,0 +1,206 @@
+"""Every dashboard page through Streamlit's AppTest, on a root of generated runs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from conftest import write_run
+from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
+from loaders.run import open_run
+from loaders.views import inspections
+
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+PAGES = {"timeline": "../pages/timeline.py", "frames": "../pages/frames.py", "grid": "../pages/grid.py"}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_root(tmp_path_factory.mktemp("runs"), crafter_steps=240)
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    monkeypatch.setenv("MFM_RUNS_ROOT", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def app(page: str | None = None, **params: str) -> AppTest:
+    """Run the app (on ``page``) with query params and return the finished test app."""
+    at = AppTest.from_file(APP, default_timeout=90)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    if page:
+        at.switch_page(PAGES[page])
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at: AppTest) -> str:
+    parts = [e.value for e in (*at.markdown, *at.caption, *at.title, *at.subheader, *at.info, *at.warning,
+                               *at.error)]
+    return "\n".join(str(p) for p in parts)
+
+
+def test_runs_page_lists_every_run(root: Path) -> None:
+    at = app()
+    assert at.title[0].value == "Runs"
+    table = at.dataframe[0].value
+    assert set(table["key"]) == {CRAFTER, NESTED, SYNTHETIC, DAMAGED}
+    assert {"task", "method", "ablations", "seed", "steps", "lives", "milestones", "status", "problems"} <= set(
+        table.columns)
+    assert table.loc[table["key"] == CRAFTER, "milestones"].iloc[0].endswith("/10")
+    labels = [e.label for e in at.expander]
+    assert any(DAMAGED in label and "problem" in label for label in labels)
+    damaged = [e for e in at.expander if DAMAGED in e.label][0]
+    where = damaged.dataframe[0].value["where"].tolist()
+    assert any(w.startswith("index.jsonl:") for w in where) and any(w.startswith("steps.jsonl:") for w in where)
+
+
+def test_opening_runs_goes_into_the_url(root: Path) -> None:
+    at = app()
+    at.multiselect(key="w_runs").set_value([CRAFTER, NESTED]).run()
+    assert not at.exception
+    assert at.query_params["runs"] == f"{CRAFTER},{NESTED}"
+    assert at.query_params["run"] == CRAFTER
+    assert at.selectbox(key="w_focus").value == CRAFTER
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_escaping_run_paths_are_refused(root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    write_run(outside, episodes=2)
+    (root / "link_out").symlink_to(outside, target_is_directory=True)
+    try:
+        at = app(runs=f"../{root.name}/{CRAFTER},/etc,link_out,{SYNTHETIC}")
+    finally:
+        (root / "link_out").unlink()
+    errors = [e.value for e in at.error]
+    assert len(errors) == 3, errors
+    assert all("Refused run path" in e for e in errors)
+    assert any("'..' are refused" in e for e in errors) and any("outside" in e for e in errors)
+    assert at.selectbox(key="w_focus").options == [SYNTHETIC]
+
+
+@pytest.mark.parametrize("page", ["timeline", "frames", "grid"])
+def test_pages_without_a_run_point_to_the_runs_page(page: str) -> None:
+    at = app(page)
+    assert "No run is open" in texts(at)
+
+
+def test_timeline_page(root: Path) -> None:
+    at = app("timeline", runs=CRAFTER, ep="ep_000004", step="30")
+    assert at.title[0].value == "Timeline"
+    assert any(s.value.startswith("ep_000004") for s in at.subheader)
+    assert len(at.get("plotly_chart")) == 1
+    assert len(at.json) == 3
+    assert at.slider(key="w_step").value == 30
+    assert "Step 30" in texts(at)
+    at.selectbox(key="w_ep").set_value("ep_000006").run()
+    assert not at.exception
+    assert at.query_params["ep"] == "ep_000006"
+    first = open_run(root / CRAFTER).episode("ep_000006").first_step
+    assert at.query_params["step"] == str(first + 1)
+    at.radio(key="w_color").set_value("outcome").run()
+    assert at.query_params["color"] == "outcome"
+    at.slider(key="w_range").set_value((20, 120)).run()
+    assert at.query_params["range"] == "20-120"
+
+
+def test_timeline_deep_link_restores_range_and_colour(root: Path) -> None:
+    at = app("timeline", runs=CRAFTER, range="10-90", color="outcome")
+    assert at.slider(key="w_range").value == (10, 90)
+    assert at.radio(key="w_color").value == "outcome"
+    assert "Steps 10–90" in texts(at)
+
+
+def test_timeline_on_a_damaged_run_shows_errors_not_exceptions(root: Path) -> None:
+    at = app("timeline", runs=DAMAGED, ep="ep_000002")
+    assert any("cannot be shown" in e.value for e in at.error)
+    assert any("problem" in e.label for e in at.expander)
+
+
+def test_frames_page(root: Path) -> None:
+    at = app("frames", runs=CRAFTER, frames=f"{CRAFTER}:20,{CRAFTER}:21,{CRAFTER}:ep_000003", tiles="1", diff="1")
+    assert at.title[0].value == "Frames"
+    assert len(at.get("plotly_chart")) == 1
+    assert at.toggle(key="w_tiles").value and at.toggle(key="w_diff").value
+    assert "A/B wipe" in texts(at)
+    at.slider(key="w_cols").set_value((2, 5)).run()
+    assert at.query_params["region"] == "2,0,5,9"
+    at.button(key="rm_0").click().run()
+    assert at.query_params["frames"] == f"{CRAFTER}:21,{CRAFTER}:ep_000003"
+
+
+def test_frames_from_an_inspection(root: Path) -> None:
+    ins = inspections(open_run(root / CRAFTER).turns(), open_run(root / CRAFTER).episodes())
+    at = app("frames", runs=CRAFTER)
+    assert "No frame chosen yet" in texts(at)
+    at.button(key="use_insp").click().run()
+    assert not at.exception
+    row = ins.iloc[0]
+    assert at.query_params["frames"] == f"{CRAFTER}:{int(row['target_step'])},{CRAFTER}:{int(row['step'])}"
+    assert "left is the retrieved frame" in texts(at)
+
+
+def test_frames_by_place_across_runs(root: Path) -> None:
+    at = app("frames", runs=f"{CRAFTER},{NESTED}", cell="32,32")
+    assert "frames were taken at (32, 32)" in texts(at)
+    at.button(key="place_spread").click().run()
+    assert not at.exception
+    assert len(at.query_params["frames"].split(",")) >= 2
+
+
+def test_frames_refuse_escaping_paths(root: Path) -> None:
+    at = app("frames", runs=CRAFTER, frames=f"../{root.name}/{CRAFTER}:3,/etc:1,{CRAFTER}:5")
+    errors = [e.value for e in at.error]
+    assert sum("Refused frame" in e for e in errors) == 2, errors
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_grid_page(root: Path) -> None:
+    run = open_run(root / CRAFTER)
+    s = run.steps().iloc[10]
+    cell = f"{int(s['x'])},{int(s['y'])}"
+    at = app("grid", runs=CRAFTER, cell=cell)
+    assert at.title[0].value == "Spatial grid"
+    assert len(at.get("plotly_chart")) == 1
+    assert f"({cell.replace(',', ', ')})" in texts(at)
+    assert at.number_input(key="w_gx").value == int(s["x"])
+    links = at.get("page_link")
+    assert any("Timeline" in link.proto.label for link in links)
+    assert any("frames=" in link.proto.query_string for link in links)
+    at.multiselect(key="w_kinds").set_value(["walked"]).run()
+    assert at.query_params["kinds"] == "walked"
+    assert at.selectbox(key="w_life").value is None
+    at.selectbox(key="w_life").set_value(1).run()
+    assert not at.exception
+    assert at.query_params["life"] == "1"
+
+
+def test_grid_deep_link_restores_filters(root: Path) -> None:
+    at = app("grid", runs=CRAFTER, life="0", kinds="walked,blocked", range="5-100")
+    assert at.selectbox(key="w_life").value == 0
+    assert set(at.multiselect(key="w_kinds").value) == {"walked", "blocked"}
+    assert at.slider(key="w_grid_range").value == (5, 100)
+
+
+def test_a_run_being_written_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "live"
+    write_run(root / "r", episodes=3)
+    monkeypatch.setenv("MFM_RUNS_ROOT", str(root))
+    manifest = json.loads((root / "r" / "run.json").read_text())
+    manifest["status"] = "running"
+    (root / "r" / "run.json").write_text(json.dumps(manifest))
+    at = app()
+    assert at.dataframe[0].value["status"].iloc[0].endswith("running")
+    manifest["status"] = "interrupted"
+    (root / "r" / "run.json").write_text(json.dumps(manifest) + "\n")
+    at.run()
+    assert at.dataframe[0].value["status"].iloc[0].endswith("interrupted")

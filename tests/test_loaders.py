@@ -1,0 +1,307 @@
+"""Loaders and the dashboard's view functions, on written runs and damaged copies."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import write_run
+from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, damage, make_root
+from dashboard import charts
+from dashboard.core import (FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_range, resolve_run_key,
+                            runs_root)
+from loaders import views
+from loaders.run import find_runs, open_run, open_runs, runs_table, signature
+from loaders.views import UnsafePath
+from mfm.memory.retrieval import FrameError
+from mfm.schema import frame_chunk
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_root(tmp_path_factory.mktemp("runs"), crafter_steps=240)
+
+
+def test_open_runs_finds_nested_runs(root: Path) -> None:
+    found = {p.relative_to(root).as_posix() for p in find_runs(root)}
+    assert found == {CRAFTER, NESTED, SYNTHETIC, DAMAGED}
+    runs = open_runs(root)
+    table = runs_table(runs)
+    assert set(table["run"]) == {"crafter_random_s3", "crafter_mfm_s1", SYNTHETIC, DAMAGED}
+    assert (table.loc[table["run"] == "crafter_mfm_s1", "method"] == "mfm").all()
+
+
+def test_damaged_copy_reports_file_and_line(root: Path) -> None:
+    run = open_run(root / DAMAGED)
+    where = {str(p).split(": ")[0] for p in run.problems}
+    index_lines = sum(1 for _ in open(root / DAMAGED / "index.jsonl", encoding="utf-8"))
+    steps_lines = sum(1 for _ in open(root / DAMAGED / "steps.jsonl", encoding="utf-8"))
+    assert f"index.jsonl:{index_lines}" in where, where
+    assert f"steps.jsonl:{steps_lines}" in where, where
+    assert any("ep_000002" in p.message and "frame strip" in p.message for p in run.problems)
+    assert len(run.episodes()) == len(open_run(root / SYNTHETIC).episodes())
+    table = views.problems_table(run)
+    assert list(table.columns) == ["where", "severity", "message"]
+    assert table["where"].str.contains(r"^[\w./]+(?::\d+)?$").all()
+
+
+def test_missing_strip_gives_frame_error_not_crash(root: Path) -> None:
+    run = open_run(root / DAMAGED)
+    ref = run.episode("ep_000002")
+    with pytest.raises(FrameError):
+        views.frame_for(run, step=ref.first_step + 1)
+    with pytest.raises(FrameError):
+        views.frame_strip(run, "ep_000002")
+    assert views.frame_for(run, episode="ep_000002").shape == (64, 64, 3)
+
+
+@pytest.mark.parametrize("breakage", ["truncated", "garbage", "strip", "empty", "binary"])
+def test_open_run_never_raises(tmp_path: Path, breakage: str) -> None:
+    d = tmp_path / "run"
+    write_run(d, episodes=6)
+    if breakage == "truncated":
+        with open(d / "turns.jsonl", "rb+") as f:
+            f.truncate(os.path.getsize(d / "turns.jsonl") - 7)
+    elif breakage == "garbage":
+        with open(d / "grid.jsonl", "a") as f:
+            f.write('{"cell": "nowhere", "kind": "lava"}\n[1, 2\n')
+    elif breakage == "strip":
+        (d / frame_chunk("episodes/ep_000003", 0)[0]).write_bytes(b"not an image")
+    elif breakage == "empty":
+        (d / "index.jsonl").write_text("")
+    else:
+        (d / "run.json").write_bytes(b"\xff\xfe\x00garbage")
+    run = open_run(d)
+    assert run.problems or breakage in ("empty", "strip")
+    for p in run.problems:
+        assert p.file and isinstance(p.line, int)
+    for name in ("episodes", "steps", "turns", "grid", "milestones", "lives", "memory_writes"):
+        assert isinstance(run.table(name), pd.DataFrame)
+    views.timeline_marks(run)
+    views.timeline_bars(run.episodes())
+    views.grid_cells(run.grid())
+    views.inspections(run.turns(), run.episodes())
+    if breakage == "strip":
+        with pytest.raises(FrameError):
+            views.frame_for(run, step=run.episode("ep_000003").first_step + 1)
+
+
+def test_cache_refreshes_when_a_file_changes(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    write_run(d, episodes=4)
+    first = open_run(d)
+    assert open_run(d) is first
+    before = len(first.lives())
+    sig = signature(d)
+    with open(d / "lives.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"event":"death","life":1,"step":20,"x":1,"y":2,"cause":"zombie"}\n')
+    assert signature(d) != sig
+    again = open_run(d)
+    assert again is not first
+    assert len(again.lives()) == before + 1
+
+
+def test_timeline_views_on_a_crafter_run(root: Path) -> None:
+    run = open_run(root / CRAFTER)
+    eps = run.episodes()
+    bars = views.timeline_bars(eps)
+    assert len(bars) == len(eps) and (bars["count"] == 1).all()
+    assert set(bars["category"]) >= {"initial", "explore"}
+    by_outcome = views.timeline_bars(eps, color_by="outcome")
+    assert set(by_outcome["category"]) <= {"done", "failed", "interrupted", "none"}
+    marks = views.timeline_marks(run)
+    assert {"search", "inspect", "memory_write"} <= set(marks["kind"])
+    assert set(marks["kind"]) <= set(views.MARK_KINDS)
+    lives = run.lives()
+    assert (marks["kind"] == "death").sum() == (lives["event"] == "death").sum()
+    lo, hi = 50, 120
+    zoom = views.timeline_bars(eps, lo, hi)
+    assert (zoom["end"] >= lo).all() and (zoom["start"] <= hi).all()
+    assert views.vitals_series(run.steps(), lo, hi)["step"].between(lo, hi).all()
+
+
+def test_inspections_pair_the_retrieved_frame_with_the_agents(root: Path) -> None:
+    run = open_run(root / CRAFTER)
+    ins = views.inspections(run.turns(), run.episodes())
+    assert len(ins) > 0
+    row = ins.iloc[0]
+    assert row["episode"].startswith("ep_")
+    assert views.frame_for(run, step=int(row["target_step"])).shape == (64, 64, 3)
+    assert views.frame_for(run, step=int(row["step"])).shape == (64, 64, 3)
+    assert "inspected" in row["label"]
+
+
+def test_tool_calls_accept_frame_index_and_paths() -> None:
+    turns = pd.DataFrame({
+        "turn": [0, 1], "life": [0, 0], "first_step": [10, 20],
+        "calls": ['[{"tool": "inspect", "args": {"episode": "ep_000001", "frame": 2}, "result": {}}]',
+                  '[{"tool": "inspect", "args": {"path": "episodes/ep_000004/observation/image.png"}, "result": {}},'
+                  ' {"tool": "search", "args": {"text": "iron"}, "result": {"episodes": ["ep_000001"]}}]'],
+    })
+    episodes = pd.DataFrame({"id": ["ep_000001", "ep_000004"], "first_step": [3, 12]})
+    calls = views.tool_calls(turns)
+    assert list(calls["tool"]) == ["inspect", "inspect", "search"]
+    assert calls.iloc[1]["episode"] == "ep_000004"
+    assert calls.iloc[2]["results"] == 1
+    ins = views.inspections(turns, episodes)
+    assert ins.iloc[0]["target_step"] == 3 + 1 + 2
+    assert pd.isna(ins.iloc[1]["target_step"])
+
+
+def test_a_36000_step_run_stays_under_50k_points() -> None:
+    rng = np.random.default_rng(0)
+    n_steps, n_eps = 36_000, 6_000
+    bounds = np.sort(rng.choice(np.arange(1, n_steps), n_eps - 1, replace=False))
+    first = np.concatenate([[0], bounds])
+    last = np.concatenate([bounds, [n_steps]])
+    life = np.searchsorted([9_000, 20_000, 31_000], first, side="right")
+    eps = pd.DataFrame({"id": [f"ep_{i:06d}" for i in range(n_eps)], "kind": "episode",
+                        "action_kind": rng.choice(["go_to", "collect", "craft", "explore"], n_eps),
+                        "outcome": rng.choice(["done", "failed"], n_eps), "first_step": first, "last_step": last,
+                        "life": life, "summary": "x"})
+    step_life = np.searchsorted([9_000, 20_000, 31_000], np.arange(1, n_steps + 1), side="right")
+    steps = pd.DataFrame({"step": np.arange(1, n_steps + 1), "life": step_life,
+                          "x": rng.integers(0, 64, n_steps), "y": rng.integers(0, 64, n_steps),
+                          "health": 9, "food": 5, "drink": 5, "energy": 5})
+    calls = '[{"tool": "search", "args": {"text": "t"}, "result": {}}, {"tool": "inspect", "args": ' \
+            '{"episode": "ep_000001", "step": 5}, "result": {}}]'
+    turns = pd.DataFrame({"turn": range(n_eps), "life": life, "first_step": first, "calls": calls})
+    mw = pd.DataFrame({"step": first, "life": life, "op": "edit", "path": "mine/GUIDE.md", "reason": "r"})
+    ms = pd.DataFrame({"name": ["collect_wood"], "step": [100], "life": [0], "episode": ["ep_000003"]})
+    lv = pd.DataFrame({"event": ["death", "respawn"], "life": [0, 1], "step": [9_000, 9_000],
+                       "cause": ["zombie", None], "episode": ["ep_001000", None]})
+    bars = views.timeline_bars(eps, 0, n_steps)
+    marks = views.marks(ms, lv, turns, mw, 0, n_steps)
+    vit = views.vitals_series(steps)
+    paths = views.trajectories(steps)
+    assert (bars["count"] > 1).any() and bars["count"].sum() == n_eps
+    assert marks.groupby("kind")["count"].sum()["memory_write"] == n_eps
+    fig = charts.timeline_figure(bars, marks, vit, "action_kind", sorted(set(life)))
+    points = sum(len(t.x) if t.x is not None else 0 for t in fig.data)
+    assert points <= views.MAX_POINTS, points
+    assert len(paths) <= 20_000 + 4
+    assert paths.groupby("life")["step"].max().tolist() == steps.groupby("life")["step"].max().tolist()
+
+
+def test_grid_views(root: Path) -> None:
+    run = open_run(root / CRAFTER)
+    cells = views.grid_cells(run.grid())
+    assert len(cells) and set(cells["kind"]) <= {"walked", "placed", "opened", "blocked", "hazard", "water"}
+    assert not cells.duplicated(["x", "y"]).any()
+    walked = views.grid_cells(run.grid(), kinds=["walked"])
+    assert set(walked["kind"]) == {"walked"}
+    early = views.grid_cells(run.grid(), 0, 20)
+    assert early["last_step"].max() <= 20
+    x, y = int(walked.iloc[0]["x"]), int(walked.iloc[0]["y"])
+    here = views.episodes_at_cell(run, x, y)
+    assert len(here) >= 1 and here["episode"].str.startswith("ep_").all()
+    frames = views.frames_at_cell(run.steps(), x, y)
+    assert len(frames) >= 1
+    assert views.frame_for(run, step=int(frames.iloc[0]["step"])).shape == (64, 64, 3)
+    x0, y0, x1, y1 = views.grid_extent(run.grid(), run.steps(), run.episodes())
+    assert x0 <= cells["x"].min() and x1 >= cells["x"].max() and y0 <= cells["y"].min()
+    visits = views.visits_per_cell([run, open_run(root / NESTED)])
+    assert visits["runs"].max() >= 1
+
+
+def test_grid_figure_has_legend_and_downwards_y(root: Path) -> None:
+    run = open_run(root / CRAFTER)
+    cells = views.grid_cells(run.grid())
+    eps = run.episodes().dropna(subset=["x"])
+    lv = run.lives()
+    fig = charts.grid_figure(cells, views.trajectories(run.steps()), eps, lv[lv["event"] == "death"],
+                             views.grid_extent(run.grid(), run.steps(), run.episodes()), (32, 32))
+    names = {t.name for t in fig.data}
+    assert "cell: walked" in names and "life 0 path" in names
+    lo, hi = fig.layout.yaxis.range
+    assert lo > hi, "y must grow downwards as in the game"
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+
+
+def test_episode_detail_and_frames(root: Path) -> None:
+    run = open_run(root / CRAFTER)
+    d = views.episode_detail(run, "ep_000003")
+    assert d.state and d.action and d.outcome
+    assert len(d.steps) == d.row.frames
+    strip = views.frame_strip(run, "ep_000003", max_frames=4)
+    assert 1 <= len(strip) <= 4 and strip[0][0] == d.row.first_step + 1
+    assert views.frame_for(run, step=0).shape == (64, 64, 3)
+    big = views.upscale(strip[0][1], 256)
+    assert big.shape == (256, 256, 3) and (big[:4, :4] == strip[0][1][0, 0]).all()
+    a, b = strip[0][1], strip[-1][1]
+    w = views.wipe(a, b, 0.5)
+    assert (w[:, :10] == a[:, :10]).all() and (w[:, 40:] == b[:, 40:]).all()
+    assert views.difference_count(a, a) == 0
+    fig = charts.frames_figure([a, b], ["a", "b"], tiles=True, diffs=[(a, "d")], region=(0, 0, 21, 21))
+    assert fig.layout.xaxis2.matches == "x" and fig.layout.yaxis2.matches == "y"
+    assert all(t.zsmooth is False for t in fig.data)
+
+
+def test_runs_overview_and_milestones(root: Path) -> None:
+    runs = open_runs(root)
+    ov = views.runs_overview(runs, root)
+    assert set(ov["key"]) == {CRAFTER, NESTED, SYNTHETIC, DAMAGED}
+    row = ov[ov["key"] == DAMAGED].iloc[0]
+    assert row["problems"] >= 3 and row["status"] == "finished"
+    assert ov["milestones"].str.match(r"^\d+/\d+$").all()
+    ms = views.milestone_steps(runs, root)
+    assert set(ms.columns) == {"run", "method", "milestone", "order", "step"}
+
+
+def test_unsafe_paths_are_refused(root: Path, tmp_path: Path) -> None:
+    for bad in ("../x", "/etc", "a/../../b", "", "a\\b"):
+        with pytest.raises(UnsafePath):
+            views.inside(root, bad)
+    outside = tmp_path / "outside_run"
+    write_run(outside, episodes=2)
+    link = root / "escape"
+    link.symlink_to(outside, target_is_directory=True)
+    try:
+        with pytest.raises(UnsafePath, match="outside"):
+            resolve_run_key(root, "escape")
+        assert "escape" not in {p.name for p in find_runs(root)}
+    finally:
+        link.unlink()
+    with pytest.raises(UnsafePath):
+        resolve_run_key(root, "ablations")
+    assert resolve_run_key(root, NESTED) == (root / NESTED).resolve()
+
+
+def test_an_index_row_pointing_outside_the_run_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    write_run(d, episodes=3)
+    (tmp_path / "secret").mkdir()
+    text = (d / "index.jsonl").read_text().replace('"path":"episodes/ep_000002"', '"path":"../secret"')
+    (d / "index.jsonl").write_text(text)
+    run = open_run(d)
+    with pytest.raises(UnsafePath):
+        views.frame_for(run, step=run.episode("ep_000002").first_step + 1)
+    with pytest.raises(UnsafePath):
+        views.episode_detail(run, "ep_000002")
+
+
+def test_core_parsing() -> None:
+    refs, errors = parse_frame_refs("a/b:12,a/b:ep_000003,bad,x:-1,c:1,d:2,e:3")
+    assert refs[:2] == [FrameRef("a/b", step=12), FrameRef("a/b", episode="ep_000003")]
+    assert len(refs) == 4 and len(errors) == 3
+    assert format_frame_refs(refs[:2]) == "a/b:12,a/b:ep_000003"
+    assert parse_range("10-20") == (10, 20) and parse_range("x") is None and parse_range("20-10") == (10, 20)
+    assert parse_cell("3,-4") == (3, -4) and parse_cell("3") is None
+
+
+def test_runs_root_precedence(tmp_path: Path) -> None:
+    assert runs_root(["--root", str(tmp_path)], {"MFM_RUNS_ROOT": "/nowhere"}) == tmp_path.resolve()
+    assert runs_root([], {"MFM_RUNS_ROOT": str(tmp_path)}) == tmp_path.resolve()
+    assert runs_root([], {}).name == "sample_runs"
+
+
+def test_damage_helper_matches_real_breakage(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    write_run(d, episodes=4)
+    shutil.copytree(d, tmp_path / "copy")
+    damage(tmp_path / "copy")
+    assert len(open_run(tmp_path / "copy").problems) > len(open_run(d).problems)
