@@ -16,8 +16,8 @@ from loaders.views import UnsafePath, inside
 from mfm.schema import EPISODE_ID
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES_DIR = REPO / "pages" if (REPO / "pages").is_dir() else Path(__file__).resolve().parent / "pages"
-"""The top-level pages/ of a checkout, or dashboard/pages/ where ``pip install .`` put it."""
+PAGES_DIR = REPO / "pages" if (REPO / "pages").is_dir() else Path(__file__).resolve().parent / "page_files"
+"""The top-level pages/ of a checkout, or dashboard/page_files/ where ``pip install .`` put it."""
 MAX_FRAMES = 4
 
 
