@@ -25,8 +25,12 @@ ACTION_KIND_COLORS = {
     "initial": "#bab0ac", "episode": "#9c9c9c", "go_to": "#4e79a7", "explore": "#76b7b2", "move": "#76b7b2",
     "collect": "#59a14f", "do": "#59a14f", "place": "#9c755f", "craft": "#b07aa1", "make": "#b07aa1",
     "eat": "#f28e2b", "drink": "#17becf", "sleep": "#edc948", "fight": "#e15759", "flee": "#ff9da7",
-    "noop": "#dddddd", "procedure": "#bcbd22",
+    "noop": "#dddddd", "procedure": "#bcbd22", "attack": "#e15759", "shelter": "#bcbd22", "look_at": "#2f4b7c",
+    "face": "#a0cbe8",
 }
+
+PROCEDURE_PALETTE = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#31a354", "#756bb1")
+"""Dark tones for stored procedures (agent-named action kinds), apart from the atoms' colours."""
 
 OUTCOME_COLORS = {"done": "#2ca02c", "failed": "#d62728", "interrupted": "#ff7f0e", "none": "#bbbbbb"}
 
@@ -62,7 +66,8 @@ def category_color(category: str, color_by: str) -> str:
     """Colour of a timeline bar category: an action kind or an outcome."""
     if color_by == "outcome":
         return OUTCOME_COLORS.get(category) or _hashed(category)
-    return ACTION_KIND_COLORS.get(category) or _hashed(category)
+    return ACTION_KIND_COLORS.get(category) or PROCEDURE_PALETTE[
+        zlib.crc32(category.encode("utf-8")) % len(PROCEDURE_PALETTE)]
 
 
 def life_color(life: int) -> str:
