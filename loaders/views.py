@@ -274,11 +274,7 @@ def vitals_series(steps: pd.DataFrame, lo: int | None = None, hi: int | None = N
     cols = ["step", "life", "health", "food", "drink", "energy"]
     if not len(steps):
         return pd.DataFrame(columns=cols)
-    s = steps[cols]
-    if lo is not None:
-        s = s[s["step"] >= lo]
-    if hi is not None:
-        s = s[s["step"] <= hi]
+    s = _window(steps[cols], lo, hi)
     if len(s) <= max_points:
         return s.reset_index(drop=True)
     edges = _bins(int(s["step"].min()), int(s["step"].max()), max_points)
@@ -287,6 +283,15 @@ def vitals_series(steps: pd.DataFrame, lo: int | None = None, hi: int | None = N
     out = g.agg(step=("step", "first"), health=("health", "min"), food=("food", "min"),
                 drink=("drink", "min"), energy=("energy", "min")).reset_index()
     return out[cols].sort_values("step", ignore_index=True)
+
+
+def _window(df: pd.DataFrame, lo: int | None, hi: int | None) -> pd.DataFrame:
+    """Rows with ``lo <= step <= hi`` (either bound may be None)."""
+    if lo is not None:
+        df = df[df["step"] >= lo]
+    if hi is not None:
+        df = df[df["step"] <= hi]
+    return df
 
 
 def trajectories(steps: pd.DataFrame, lo: int | None = None, hi: int | None = None,
@@ -298,11 +303,7 @@ def trajectories(steps: pd.DataFrame, lo: int | None = None, hi: int | None = No
     cols = ["life", "step", "x", "y"]
     if not len(steps):
         return pd.DataFrame(columns=cols)
-    s = steps[cols]
-    if lo is not None:
-        s = s[s["step"] >= lo]
-    if hi is not None:
-        s = s[s["step"] <= hi]
+    s = _window(steps[cols], lo, hi)
     if len(s) <= max_points:
         return s.reset_index(drop=True)
     stride = int(np.ceil(len(s) / max_points))

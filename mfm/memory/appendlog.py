@@ -74,3 +74,29 @@ recorded with a fixed clock is byte-identical when regenerated."""
 def now_iso() -> str:
     """The current UTC time, to the second."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class LoggedRows:
+    """Rows kept in memory and, when a log is given, appended to their file on :meth:`flush`.
+
+    Subclasses drop their derived columns in :meth:`_changed`."""
+
+    def __init__(self, rows: Iterable[Record] = (), log: AppendLog | None = None) -> None:
+        self.rows: list = list(rows)
+        self._log = log
+
+    def _changed(self) -> None:
+        """Called after every append."""
+
+    def append(self, row: Record) -> None:
+        self.rows.append(row)
+        self._changed()
+        if self._log:
+            self._log.append(row)
+
+    def flush(self) -> None:
+        if self._log:
+            self._log.flush()
+
+    def __len__(self) -> int:
+        return len(self.rows)

@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from mfm.memory.appendlog import AppendLog
+from mfm.memory.appendlog import AppendLog, LoggedRows
 from mfm.schema import IndexRow, Problem, read_table
 
 
@@ -40,12 +40,11 @@ class IndexQuery:
     newest_first: bool = True
 
 
-class EpisodeIndex:
+class EpisodeIndex(LoggedRows):
     """In-memory index over ``index.jsonl``; appends go to the file and to memory."""
 
     def __init__(self, rows: Iterable[IndexRow] = (), log: AppendLog | None = None) -> None:
-        self.rows: list[IndexRow] = list(rows)
-        self._log = log
+        super().__init__(rows, log)
         self._cols: dict[str, np.ndarray] | None = None
         self._text: list[str] | None = None
         self._by_id = {r.id: i for i, r in enumerate(self.rows)}
@@ -63,18 +62,11 @@ class EpisodeIndex:
         if row.id in self._by_id:
             raise ValueError(f"episode {row.id} is already indexed")
         self._by_id[row.id] = len(self.rows)
-        self.rows.append(row)
+        super().append(row)
+
+    def _changed(self) -> None:
         self._cols = None
         self._text = None
-        if self._log:
-            self._log.append(row)
-
-    def flush(self) -> None:
-        if self._log:
-            self._log.flush()
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
     def get(self, ep_id: str) -> IndexRow | None:
         i = self._by_id.get(ep_id)

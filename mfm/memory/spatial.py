@@ -6,11 +6,11 @@ from typing import Iterable
 
 import numpy as np
 
-from mfm.memory.appendlog import AppendLog
+from mfm.memory.appendlog import AppendLog, LoggedRows
 from mfm.schema import GridRow, Problem, read_table
 
 
-class SpatialGrid:
+class SpatialGrid(LoggedRows):
     """Every interacted cell in the order it happened; the file is never rewritten.
 
     The latest row of a cell wins when asking what a cell *is* (:meth:`cell_kinds`), but
@@ -18,8 +18,7 @@ class SpatialGrid:
     """
 
     def __init__(self, rows: Iterable[GridRow] = (), log: AppendLog | None = None) -> None:
-        self.rows: list[GridRow] = list(rows)
-        self._log = log
+        super().__init__(rows, log)
         self._cols: dict[str, np.ndarray] | None = None
 
     @classmethod
@@ -29,18 +28,8 @@ class SpatialGrid:
         rows, problems = read_table(path, GridRow)
         return cls((r for _, r in rows), AppendLog(path) if writable else None), problems
 
-    def append(self, row: GridRow) -> None:
-        self.rows.append(row)
+    def _changed(self) -> None:
         self._cols = None
-        if self._log:
-            self._log.append(row)
-
-    def flush(self) -> None:
-        if self._log:
-            self._log.flush()
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
     def _columns(self) -> dict[str, np.ndarray]:
         if self._cols is None:
