@@ -142,7 +142,8 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
     ``step`` is the turn's ``first_step`` (the agent decides before acting). For inspections
     ``episode`` is the inspected episode (``args.episode``/``id``/``episode_id``, the same in
     ``result``, or an episode id inside ``args.path``) and ``target_step`` the inspected
-    frame's step when the call names one (``args.step``, or ``args.frame`` as an index into
+    frame's step when the call names one (``args.step``; else the first frame in which
+    ``result.found`` saw something; or ``args.frame`` as an index into
     the episode's frames, resolved later by :func:`inspections`). For searches ``text`` is
     the query and ``results`` the count.
     """
@@ -165,6 +166,10 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
                 ep = found.group(0) if found else None
             ep = ep if isinstance(ep, str) and EPISODE_ID.match(ep) else None
             tstep = _first(args, ("step", "frame_step"))
+            seen = [f.get("step") for f in res.get("found") or [] if isinstance(f, dict)]
+            seen = [v for v in seen if isinstance(v, int) and not isinstance(v, bool)]
+            if tstep is None and seen:
+                tstep = min(seen)
             fidx = args.get("frame")
             hits = _first(res, ("episodes", "results", "hits"))
             text = _first(args, ("text", "query", "q"))
