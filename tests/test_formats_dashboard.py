@@ -1,0 +1,69 @@
+"""Every dashboard page renders foreign runs in place: the MFM export and a Crafter recording."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import crafter
+import numpy as np
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from test_formats import EXPORT
+
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+PAGES = {"timeline": "../pages/timeline.py", "frames": "../pages/frames.py", "grid": "../pages/grid.py"}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    r = tmp_path_factory.mktemp("foreign")
+    if (EXPORT / "data.json").is_file():
+        shutil.copytree(EXPORT, r / "mfm_export")
+    env = crafter.Recorder(crafter.Env(seed=2, length=120), str(r / "rec"), save_stats=True, save_episode=True,
+                           save_video=False)
+    env.reset()
+    rng = np.random.default_rng(1)
+    done = False
+    while not done:
+        _, _, done, _ = env.step(int(rng.integers(0, 17)))
+    return r
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch, root: Path) -> None:
+    monkeypatch.setenv("MFM_RUNS_ROOT", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def keys(root: Path) -> list[str]:
+    out = [f"rec/{p.name}" for p in sorted((root / "rec").glob("*.npz"))]
+    if (root / "mfm_export").is_dir():
+        out.append("mfm_export")
+    return out
+
+
+@pytest.mark.parametrize("page", [None, "timeline", "frames", "grid"])
+@pytest.mark.parametrize("which", ["recording", "export"])
+def test_every_page_renders_foreign_runs(root: Path, page: str | None, which: str) -> None:
+    ks = [k for k in keys(root) if k.startswith("rec/") == (which == "recording")]
+    if not ks:
+        pytest.skip("the shared MFM export is not available")
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params["runs"] = ks[0]
+    at.query_params["run"] = ks[0]
+    if page == "frames":
+        at.query_params["frames"] = f"{ks[0]}:ep_000002,{ks[0]}:ep_000003"
+    at.run()
+    if page:
+        at.switch_page(PAGES[page])
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = "\n".join(str(e.value) for e in (*at.markdown, *at.caption, *at.title, *at.info, *at.warning,
+                                              *at.error))
+    if page == "frames":
+        assert ("not included" in shown) == (which == "export"), shown[-800:]
+    elif page:
+        assert ks[0].split("/")[-1] in shown
