@@ -154,3 +154,38 @@ def test_import_refuses_what_it_cannot_read(tmp_path: Path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["import", str(tmp_path / "empty"), str(tmp_path / "x")]) == 2
     assert "no run in a format" in capsys.readouterr().err
+
+
+def _original_folder(export_dir: Path, dest: Path) -> dict:
+    """An original MFM run folder, laid out as the export says the harness wrote it."""
+    raw = json.loads((export_dir / "data.json").read_text())
+    dest.mkdir()
+    (dest / "index.jsonl").write_text("".join(r["_raw"] + "\n" for r in raw["index"]))
+    kinds = raw["grid"]["kinds"]
+    (dest / "grid.jsonl").write_text("".join(json.dumps({"cell": c[:3], "kind": kinds[c[3]], "step": c[4]}) + "\n"
+                                             for c in raw["grid"]["cells"]))
+    for ep, rec in raw["episodes"].items():
+        (dest / "episodes" / ep / "state").mkdir(parents=True)
+        (dest / "episodes" / ep / "state" / "state.json").write_text(rec["state"] or "")
+        (dest / "episodes" / ep / "action.json").write_text(rec["action"] or "")
+        (dest / "episodes" / ep / "outcome.json").write_text(rec["outcome"] or "")
+    (dest / "logs.txt").write_text("".join("=" * 80 + "\n" + s["text"] + "\n" for s in raw["log"]["sections"]))
+    for path, text in raw["mine"]["files"].items():
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / path).write_text(text)
+    return raw
+
+
+def test_an_original_mfm_run_folder_opens(export_dir: Path, tmp_path: Path):
+    raw = _original_folder(export_dir, tmp_path / "orig")
+    run = open_run(tmp_path / "orig")
+    assert run.format == "mfm-original" and run.is_3d
+    assert [p.severity for p in run.problems if p.file == "run.json"] == ["warning"]
+    assert not [p for p in run.problems if p.severity == "error" and "observation" not in p.message]
+    assert [r.id for r in run.records("index.jsonl")] == [r["id"] for r in raw["index"]]
+    assert len(run.grid()) == len(raw["grid"]["cells"]) and run.grid()["z"].notna().all()
+    ep = raw["index"][7]["id"]
+    assert run.episode_record(ep).outcome == json.loads(raw["episodes"][ep]["outcome"])
+    assert run.manifest.env == "minecraft" and run.manifest.last_step == raw["index"][-1]["last_step"]
+    with pytest.raises(FrameError):
+        run.observation(ep)
