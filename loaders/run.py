@@ -3,7 +3,7 @@
 No Streamlit here: a notebook gets the same tables the dashboard pages use.
 
     from loaders import open_run
-    run = open_run("sample_runs/diamond_mfm_s0")
+    run = open_run("sample_runs/diamond_mfm_s2")
     run.episodes()                      # pandas DataFrame, one row per episode
     run.sql("select action_kind, count(*) from episodes group by 1").df()
     run.frame(120)                      # HxWx3 uint8 frame of env step 120

@@ -290,6 +290,11 @@ def vitals_series(steps: pd.DataFrame, lo: int | None = None, hi: int | None = N
     return out[cols].sort_values("step", ignore_index=True)
 
 
+def height_band(df: pd.DataFrame, band: tuple[int, int]) -> pd.DataFrame:
+    """Rows of a 3-D run whose height ``y`` lies in ``band`` (inclusive)."""
+    return df[(df["y"] >= band[0]) & (df["y"] <= band[1])]
+
+
 def _window(df: pd.DataFrame, lo: int | None, hi: int | None) -> pd.DataFrame:
     """Rows with ``lo <= step <= hi`` (either bound may be None)."""
     if lo is not None:

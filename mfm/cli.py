@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from mfm.agent.config import ABLATIONS, METHODS
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -65,10 +68,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mfm.agent.config import RunConfig
     from mfm.agent.runner import Runner, command_line
 
-    out = Path(args.out) if args.out else Path("runs") / f"{args.task}_{args.method}_s{args.seed}"
-    config = RunConfig(task=args.task, method=args.method, seed=args.seed, steps=args.steps, out=out,
-                       ablations=tuple(args.ablation or ()), fixed_clock=args.fixed_clock,
-                       consolidate_every=args.consolidate_every)
+    try:
+        config = RunConfig(task=args.task, method=args.method, seed=args.seed, steps=args.steps,
+                           out=Path(args.out or "runs/run"), ablations=tuple(args.ablation or ()),
+                           fixed_clock=args.fixed_clock, consolidate_every=args.consolidate_every)
+    except ValueError as e:
+        print(f"mfm run: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("runs") / config.run_name
+    config = dataclasses.replace(config, out=out)
     argv = ["mfm", *sys.argv[1:]] if args.command_argv is None else args.command_argv
     runner = Runner(config, command=command_line(argv), progress=not args.quiet)
     try:
@@ -82,6 +90,43 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"{s['deaths']} deaths, {s['turns']} turns ({s['steps_per_turn']} steps/turn); resources found by "
           f"inspection {sum(s['found_by_inspection'].values())}, by sight {sum(s['found_by_sight'].values())}")
     return 0 if m.status == "finished" else 130
+
+
+def _csv(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run every (method, seed) and (mfm + ablation, seed) not yet finished; 1 if any crashed."""
+    from mfm.sweep import plan, run_sweep
+
+    methods = _csv(args.methods)
+    ablations = list(ABLATIONS) if args.ablations.strip() == "all" else _csv(args.ablations)
+    bad = [m for m in methods if m not in METHODS] + [a for a in ablations if a not in ABLATIONS]
+    if bad or args.jobs < 1:
+        print(f"mfm sweep: unknown method/ablation {', '.join(bad)}" if bad else "mfm sweep: --jobs must be >= 1",
+              file=sys.stderr)
+        return 2
+    try:
+        seeds = [int(v) for v in _csv(args.seeds)]
+    except ValueError:
+        print(f"mfm sweep: seeds must be integers: {args.seeds}", file=sys.stderr)
+        return 2
+    jobs = plan(args.task, methods, seeds, Path(args.out), args.steps, ablations=ablations,
+                fixed_clock=args.fixed_clock)
+    final = run_sweep(jobs, parallel=args.jobs, retry=args.retry, timeout=args.timeout)
+    for name, status in final.items():
+        print(f"{name}: {status}")
+    return 1 if any(v.startswith("crashed") for v in final.values()) else 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    """Print the comparison tables (milestones, retargeting, interaction, retrieval reach)."""
+    from mfm.agent.compare import report
+
+    text = report(Path(args.root), task=args.task)
+    print(text)
+    return 0 if text.strip() else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run the memory-driven Crafter agent")
     r.add_argument("--task", default="diamond", choices=("diamond", "all"))
-    r.add_argument("--method", default="mfm", help="memory mode (only 'mfm' is implemented)")
-    r.add_argument("--ablation", action="append", help="switch a memory component off (later issue)")
+    r.add_argument("--method", default="mfm", choices=METHODS, help="memory mode (see mfm.agent.modes)")
+    r.add_argument("--ablation", action="append", choices=ABLATIONS,
+                   help="switch a component of mfm off (repeatable)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--steps", type=int, default=None, help="env step budget (default: the task's)")
     r.add_argument("--out", default=None, help="run directory (default: runs/TASK_METHOD_sSEED)")
@@ -114,6 +160,26 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--consolidate-every", type=int, default=25, help="episodes between consolidations")
     r.add_argument("--quiet", action="store_true", help="no progress line")
     r.set_defaults(func=cmd_run, command_argv=None)
+
+    w = sub.add_parser("sweep", help="run methods x seeds (and mfm ablations) in parallel processes")
+    w.add_argument("--task", default="diamond", choices=("diamond", "all"))
+    w.add_argument("--methods", default="direct,pro-long,vista,mfm", help="comma-separated methods")
+    w.add_argument("--ablations", default="", help="comma-separated mfm ablations, each its own run per seed "
+                                                   "('all' for every one)")
+    w.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    w.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    w.add_argument("--steps", type=int, default=None, help="env step budget (default: the task's)")
+    w.add_argument("--out", required=True, help="folder of the runs (one sub-folder per run)")
+    w.add_argument("--no-fixed-clock", dest="fixed_clock", action="store_false",
+                   help="wall-clock timestamps instead of the deterministic clock")
+    w.add_argument("--retry", action="store_true", help="set unfinished runs aside (OUT/.failed/) and run them again")
+    w.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds (recorded as crashed)")
+    w.set_defaults(func=cmd_sweep)
+
+    t = sub.add_parser("results", help="print the comparison tables of the runs under a folder")
+    t.add_argument("root", help="folder of runs (e.g. a sweep's --out)")
+    t.add_argument("--task", default=None, help="only runs of this task")
+    t.set_defaults(func=cmd_results)
     return p
 
 

@@ -1,12 +1,16 @@
-"""``mfm sweep``: many runs (methods x seeds) in parallel processes, one progress display.
+"""``mfm sweep``: many runs (methods x seeds, and mfm ablations) in parallel processes, one
+progress display.
 
-Each run is its own ``mfm run`` process writing ``OUT/<task>_<method>_s<seed>``. A run whose
-manifest says finished is skipped; one that crashes (non-zero exit, or killed) is marked
-crashed in its manifest and the others go on.
+Each run is its own ``mfm run`` process writing ``OUT/<task>_<method>[-<ablation>]_s<seed>``
+(its output goes to ``OUT/<name>.log``). A run whose manifest says finished is skipped; one
+that crashes (non-zero exit, killed, or over its time limit) is marked crashed in its
+manifest and the others go on. A folder left by an unfinished run is skipped, or with
+``retry`` moved to ``OUT/.failed/`` and run again.
 """
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import shlex
 import subprocess
 import sys
@@ -29,6 +33,8 @@ class Job:
     out: Path
     steps: int | None = None
     extra: tuple[str, ...] = ()
+    ablations: tuple[str, ...] = ()
+    fixed_clock: bool = True
 
     @property
     def name(self) -> str:
@@ -36,16 +42,31 @@ class Job:
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "mfm.cli", "run", "--task", self.task, "--method", self.method,
-               "--seed", str(self.seed), "--out", str(self.out)]
+               "--seed", str(self.seed), "--out", str(self.out), "--quiet"]
+        for a in self.ablations:
+            cmd += ["--ablation", a]
         if self.steps:
             cmd += ["--steps", str(self.steps)]
+        if self.fixed_clock:
+            cmd.append("--fixed-clock")
         return cmd + list(self.extra)
 
 
+def job_name(task: str, method: str, seed: int, ablations: tuple[str, ...] = ()) -> str:
+    """The run folder name: ``task_method[-ablation...]_sSEED`` (as ``RunConfig.run_name``)."""
+    return f"{task}_{'-'.join([method, *ablations])}_s{seed}"
+
+
 def plan(task: str, methods: list[str], seeds: list[int], out: Path, steps: int | None = None,
-         extra: tuple[str, ...] = ()) -> list[Job]:
-    """Every (method, seed) job, in a stable order."""
-    return [Job(task, m, s, out / f"{task}_{m}_s{s}", steps, extra) for m in methods for s in seeds]
+         extra: tuple[str, ...] = (), ablations: list[str] | tuple[str, ...] = (),
+         fixed_clock: bool = True) -> list[Job]:
+    """Every (method, seed) job, then every (mfm + one ablation, seed) job, in a stable order
+    (seeds interleaved, so that a partial sweep has every method on the first seeds)."""
+    jobs = [Job(task, m, s, out / job_name(task, m, s), steps, extra, (), fixed_clock)
+            for s in seeds for m in methods]
+    jobs += [Job(task, "mfm", s, out / job_name(task, "mfm", s, (a,)), steps, extra, (a,), fixed_clock)
+             for s in seeds for a in ablations]
+    return jobs
 
 
 def state(job: Job) -> tuple[str, int, int]:
@@ -64,20 +85,44 @@ def mark_crashed(job: Job, reason: str) -> None:
         write_atomic(job.out / "run.json", (m.to_json() + "\n").encode("utf-8"))
 
 
+def _set_aside(job: Job) -> Path:
+    """Move an unfinished run's folder (and log) to ``OUT/.failed/NAME.K``; return where."""
+    base = job.out.parent / ".failed"
+    base.mkdir(exist_ok=True)
+    k = 1
+    while (base / f"{job.name}.{k}").exists():
+        k += 1
+    dest = base / f"{job.name}.{k}"
+    shutil.move(str(job.out), str(dest))
+    log = job.out.parent / f"{job.name}.log"
+    if log.exists():
+        shutil.move(str(log), str(dest) + ".log")
+    return dest
+
+
 def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, poll: float = 1.0,
-              fresh: bool = False) -> dict[str, str]:
-    """Run the jobs, ``parallel`` at a time. Returns each job's final status."""
+              retry: bool = False, timeout: float | None = None) -> dict[str, str]:
+    """Run the jobs, ``parallel`` at a time. Returns each job's final status.
+
+    Finished runs are skipped. A folder left by an unfinished run is skipped, or with
+    ``retry`` set aside and run again. A job running longer than ``timeout`` seconds is
+    killed and recorded as crashed."""
     todo = []
     final: dict[str, str] = {}
     for j in jobs:
         st = state(j)[0]
-        if st == "finished" and not fresh:
+        if st == "finished":
             final[j.name] = "skipped (finished)"
         elif j.out.exists() and any(j.out.iterdir()):
-            final[j.name] = f"skipped ({st}: folder not empty; remove it to run again)"
+            if retry:
+                _set_aside(j)
+                todo.append(j)
+            else:
+                final[j.name] = f"skipped ({st}: folder not empty; --retry to run it again)"
         else:
             todo.append(j)
     running: dict[str, tuple[Job, subprocess.Popen, TextIO]] = {}
+    started: dict[str, float] = {}
     t0 = last_print = time.monotonic()
     tty = stream.isatty()
     while todo or running:
@@ -88,17 +133,23 @@ def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, p
             log.write("$ " + shlex.join(j.command()) + "\n")
             log.flush()
             running[j.name] = (j, subprocess.Popen(j.command(), stdout=log, stderr=subprocess.STDOUT), log)
+            started[j.name] = time.monotonic()
         time.sleep(poll)
         changed = False
         for name, (j, proc, log) in list(running.items()):
             code = proc.poll()
-            if code is None:
+            over = timeout is not None and time.monotonic() - started[name] > timeout
+            if code is None and over:
+                proc.kill()
+                code = proc.wait()
+            elif code is None:
                 continue
             changed = True
             log.close()
+            why = f"killed after {timeout:g} s" if over else f"process exited with code {code}"
             if code != 0:
-                mark_crashed(j, f"process exited with code {code}")
-            final[name] = state(j)[0] if code == 0 else f"crashed (exit {code}; see {j.name}.log)"
+                mark_crashed(j, why)
+            final[name] = state(j)[0] if code == 0 else f"crashed ({why}; see {j.name}.log)"
             del running[name]
         if not tty and not changed and time.monotonic() - last_print < 30:
             continue

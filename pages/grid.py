@@ -22,9 +22,13 @@ grid_rows = run.grid()
 eps = run.episodes()
 steps = run.steps()
 if plane == "z":
-    st.info("This run is 3-D: the map shows the horizontal plane (x, z); the height y is left out.")
-    grid_rows = grid_rows.assign(y=grid_rows["z"]) if len(grid_rows) else grid_rows
-    eps = eps.assign(y=eps["z"]) if len(eps) else eps
+    heights = sorted(set(grid_rows["y"].dropna().astype(int))) if len(grid_rows) else [0]
+    lo_h, hi_h = heights[0], heights[-1]
+    band = st.slider("Height y (blocks)", lo_h, max(hi_h, lo_h + 1), (lo_h, max(hi_h, lo_h + 1)),
+                     help="This run is 3-D: the map shows the horizontal plane (x, z); keep cells and episodes "
+                          "whose height y lies in this band.")
+    grid_rows = views.height_band(grid_rows, band).assign(y=lambda d: d["z"]) if len(grid_rows) else grid_rows
+    eps = views.height_band(eps, band).assign(y=lambda d: d["z"]) if len(eps) else eps
     steps = steps.iloc[0:0]
 first, last = views.step_bounds(run)
 rng = parse_range(ui.qp("range")) or (first, last)

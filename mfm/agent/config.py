@@ -5,15 +5,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mfm.agent.modes import MemoryMode, mode_for
 from mfm.envs import load_task
 
 METHODS: tuple[str, ...] = ("mfm", "direct", "pro-long", "vista")
-"""Memory modes. Only ``mfm`` is implemented so far; the others are reserved switches."""
+"""Memory modes (see :mod:`mfm.agent.modes`): the same policy with different memory."""
 
 ABLATIONS: tuple[str, ...] = ("no-frames", "no-index", "no-procedures", "no-consolidation")
-"""Components of the MFM method that a later issue can switch off."""
-
-IMPLEMENTED_METHODS: tuple[str, ...] = ("mfm",)
+"""Components of the MFM method that can be switched off (ablations apply to ``mfm`` only)."""
 
 
 @dataclass(frozen=True)
@@ -43,13 +42,13 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; expected one of {', '.join(METHODS)}")
-        if self.method not in IMPLEMENTED_METHODS:
-            raise NotImplementedError(f"method {self.method!r} is reserved for a later issue; use 'mfm'")
         bad = [a for a in self.ablations if a not in ABLATIONS]
         if bad:
             raise ValueError(f"unknown ablation(s) {', '.join(bad)}; expected any of {', '.join(ABLATIONS)}")
-        if self.ablations:
-            raise NotImplementedError("ablations are reserved for a later issue")
+        if self.ablations and self.method != "mfm":
+            raise ValueError(f"ablations switch off parts of mfm; method {self.method!r} takes none")
+        if len(set(self.ablations)) != len(self.ablations):
+            raise ValueError("an ablation is given twice")
         load_task(self.task)
         if self.steps is not None and self.steps < 1:
             raise ValueError("steps must be at least 1")
@@ -65,10 +64,21 @@ class RunConfig:
         """Whether a memory component (``frames``, ``index``, ``procedures``, ``consolidation``) is on."""
         return f"no-{component}" not in self.ablations
 
+    @property
+    def mode(self) -> MemoryMode:
+        """What the policy may read and write (see :mod:`mfm.agent.modes`)."""
+        return mode_for(self.method, self.ablations)
+
+    @property
+    def run_name(self) -> str:
+        """``task_method[-ablation...]_sSEED``: the run id and default folder name."""
+        return f"{self.task}_{'-'.join([self.method, *self.ablations])}_s{self.seed}"
+
     def to_manifest(self) -> dict[str, Any]:
         """The config as recorded in ``run.json`` (paths as strings, no output folder)."""
         d = asdict(self)
         d.pop("out")
         d["ablations"] = list(self.ablations)
         d["budget"] = self.budget
+        d["memory"] = asdict(self.mode)
         return d

@@ -8,12 +8,15 @@ again by searching the index and inspecting that episode's frames. It returns on
 """
 from __future__ import annotations
 
+import random
+import re
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mfm.agent.atoms import CRAFT, HOSTILE, AtomResult, Atoms, visible
 from mfm.agent.mapping import DIRS, MINE_TOOL, WALKABLE, Cell, NavMap, cheb, l1
+from mfm.agent.modes import MFM, MemoryMode
 from mfm.agent.tools import MemoryTools, Sighting
 from mfm.envs import Perception, Task
 from mfm.memory import Fact, ProceduralMemory, Procedure, Target, WorkingPlan
@@ -24,6 +27,11 @@ RESOURCE_CAP = {"tree": 6, "water": 4, "stone": 4, "coal": 6, "iron": 8, "diamon
 SEEK_BY_FRAMES = ("water", "tree", "stone", "coal", "iron", "diamond")
 MINERALS = frozenset({"stone", "coal", "iron", "diamond"})
 RESOURCE_SECTION = "Resources"
+ITEM_TILE = {"wood": "tree", "stone": "stone", "coal": "coal", "iron": "iron", "diamond": "diamond"}
+SITE_LINE = re.compile(r"(?:collected (?P<item>\w+)|drank) at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
+PLACE_LINE = re.compile(r"placed (?P<item>table|furnace) at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
+LAVA_LINE = re.compile(r"lava next to me at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
+STATE_LINE = re.compile(r"^\[STATE\] at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
 
 
 @dataclass
@@ -55,14 +63,25 @@ def parse_cell_key(key: str) -> tuple[str, str, Cell] | None:
 
 
 class MFMPolicy:
-    """Scripted competence (tech tree, survival, search) over MFM memory."""
+    """Scripted competence (tech tree, survival, search) over the memory its mode allows.
+
+    ``mode`` (:class:`~mfm.agent.modes.MemoryMode`) decides what memory the policy may
+    consult and write; everything else (atoms, survival, tech tree) is the same for every
+    method. ``seed`` seeds the exploration of the memoryless ``direct`` mode."""
 
     name = "mfm-scripted"
 
     def __init__(self, task: Task, procedures: ProceduralMemory, inspect_episodes: int = 16,
-                 inspect_stride: int = 2) -> None:
+                 inspect_stride: int = 2, mode: MemoryMode = MFM, seed: int = 0) -> None:
         self.task = task
         self.procedures = procedures
+        self.mode = mode
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.sites: dict[str, dict[Cell, str]] = {}
+        self.sites_until = -1
+        self._cover_upto = -1
+        self._log_upto = 0
         self.inspect_episodes = inspect_episodes
         self.inspect_stride = inspect_stride
         self.recent: deque[tuple[str, str, dict, str, str]] = deque(maxlen=6)
@@ -81,14 +100,50 @@ class MFMPolicy:
 
     # -- what memory says ---------------------------------------------------------------------
     def _update_seen(self, tools: MemoryTools) -> None:
-        rows = tools.writer.grid.rows
-        for r in rows[self._grid_seen_upto:]:
-            if r.kind in ("walked", "opened"):
-                x, y = r.cell[0], r.cell[1]
-                for dx in range(-4, 5):
-                    for dy in range(-3, 4):
-                        self.seen.add((x + dx, y + dy))
-        self._grid_seen_upto = len(rows)
+        """Where I have been (the state block's map), from the memory the mode has."""
+        stood: list[Cell] = []
+        if self.mode.coverage == "grid":
+            rows = tools.writer.grid.rows
+            stood = [(r.cell[0], r.cell[1]) for r in rows[self._grid_seen_upto:] if r.kind in ("walked", "opened")]
+            self._grid_seen_upto = len(rows)
+        elif self.mode.coverage == "trace":
+            pos = tools.trace_positions(self._cover_upto)
+            stood = [(x, y) for _, x, y in pos]
+            self._cover_upto = max([self._cover_upto] + [s for s, _, _ in pos])
+        elif self.mode.coverage == "log":
+            tools.text_log.refresh()
+            lines = tools.text_log.lines
+            for ln in lines[self._log_upto:]:
+                m = STATE_LINE.match(ln.text)
+                if m:
+                    stood.append((int(m["x"]), int(m["y"])))
+            self._log_upto = len(lines)
+        for x, y in stood:
+            for dx in range(-4, 5):
+                for dy in range(-3, 4):
+                    self.seen.add((x + dx, y + dy))
+
+    def knowledge(self, p: Perception, tools: MemoryTools) -> dict[str, Fact]:
+        """The facts this turn's state block holds: GUIDE.md for modes with notes; for
+        ``pro-long`` the places and hazards its text log names; for ``direct`` the table
+        and furnace in view."""
+        if self.mode.notes:
+            return tools.facts()
+        facts: dict[str, Fact] = {}
+        if self.mode.search == "log":
+            tools.text_log.refresh()
+            for ln in tools.text_log.lines:
+                for rx, kind in ((PLACE_LINE, "place"), (LAVA_LINE, "hazard")):
+                    m = rx.search(ln.text)
+                    if m:
+                        name = m.groupdict().get("item") or "lava"
+                        key = f"{kind}:{name}@{m['x']},{m['y']}"
+                        facts[key] = Fact(key, ln.text, "Log", (ln.episode,))
+            return facts
+        for name, cell in visible(p, {"table", "furnace"}):
+            key = f"place:{name}@{cell[0]},{cell[1]}"
+            facts[key] = Fact(key, f"{name} in view", "View")
+        return facts
 
     @staticmethod
     def known(facts: dict[str, Fact], kind: str, name: str) -> list[Cell]:
@@ -99,10 +154,10 @@ class MFMPolicy:
                 out.append(parsed[2])
         return out
 
-    def resources(self, tools: MemoryTools) -> list[tuple[str, Cell]]:
+    def resources(self, tools: MemoryTools, p: Perception) -> list[tuple[str, Cell]]:
         """Resource and place facts as (tile name, cell), for routing."""
         out = []
-        for key in tools.facts():
+        for key in self.knowledge(p, tools):
             parsed = parse_cell_key(key)
             if parsed and parsed[0] in ("res", "place"):
                 out.append((parsed[1], parsed[2]))
@@ -114,18 +169,26 @@ class MFMPolicy:
         nxt = next((m for m in self.task.milestones if m not in p.achievements), "-")
         inv = " ".join(f"{k}:{v}" for k, v in sorted(p.inventory.items()) if v)
         vit = " ".join(f"{k[0]}{v}" for k, v in p.vitals.items())
-        recent = "; ".join(f"{n}({a})->{lab}" for _, n, a, lab, _ in list(self.recent)[-3:])
-        kinds = Counter(r.kind for r in tools.writer.grid.rows)
         view = Counter(n for _, _, n in p.local_cells() if n not in ("grass", "sand", "path"))
-        plan = tools.plan_targets()
         lines = [
             f"step {p.step} life {p.life} pos {p.pos} | milestones {len(done)}/{len(self.task.milestones)} next {nxt}",
             f"vitals {vit} | daylight {p.daylight:.2f} | inv {inv or '-'}",
-            f"recent: {recent or '-'}",
-            "grid: " + " ".join(f"{k}={v}" for k, v in sorted(kinds.items())),
             "view: " + " ".join(f"{k}={v}" for k, v in sorted(view.items())),
-            f"guide: {len(facts)} facts; plan: " + ("; ".join(f"({x},{y}) {lab}" for x, y, lab in plan) or "-"),
         ]
+        if self.mode.recent:
+            recent = "; ".join(f"{n}({a})->{lab}" for _, n, a, lab, _ in list(self.recent)[-3:])
+            lines.append(f"recent: {recent or '-'}")
+        if self.mode.coverage is not None:
+            lines.append(f"map: {len(self.seen)} cells seen")
+        if self.mode.coverage == "grid":
+            kinds = Counter(r.kind for r in tools.writer.grid.rows)
+            lines.append("grid: " + " ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
+        if self.mode.notes:
+            plan = tools.plan_targets()
+            lines.append(f"guide: {len(facts)} facts; plan: " + ("; ".join(f"({x},{y}) {lab}" for x, y, lab in plan)
+                                                                or "-"))
+        elif facts:
+            lines.append(f"known: {len(facts)} places")
         return "\n".join(lines)
 
     # -- finding things ----------------------------------------------------------------------
@@ -140,25 +203,30 @@ class MFMPolicy:
             names_done.add(h[0])
             if res_key(*h) not in facts:
                 new.append(h)
-        if new:
+        if new and self.mode.notes:
             for name, _ in new:
                 self.found["sight"][name] += 1
             srcs = (source,) if source else ()
             tools.consolidate([Fact(res_key(n, c), f"{n} at ({c[0]}, {c[1]}), seen directly", RESOURCE_SECTION, srcs)
-                               for n, c in new[:6]], None, "direct sight")
+                               for n, c in new[:6]], None, "direct sight", tool="write")
         return hits
 
     def _inspect(self, p: Perception, names: set[str], tools: MemoryTools, facts: dict[str, Fact]) -> bool:
-        """Search the index for episodes not yet inspected and decode their frames for ``names``."""
-        if p.step <= self.inspected_until + 1:
+        """Find episodes not yet inspected and decode their frames for ``names``: by an index
+        search (``mfm``) or by turn, newest first (``vista``, ``no-index``)."""
+        if self.mode.frames is None or p.step <= self.inspected_until + 1:
             return False
         lo = self.inspected_until + 1
-        refs = [r for r in tools.search(steps=(lo, p.step), near=p.pos, radius=40.0, kind="episode",
-                                        limit=self.inspect_episodes) if r.frames]
+        if self.mode.frames == "index":
+            refs = [r for r in tools.search(steps=(lo, p.step), near=p.pos, radius=40.0, kind="episode",
+                                            limit=self.inspect_episodes) if r.frames]
+        else:
+            refs = tools.recent_episodes(lo, self.inspect_episodes)
+        by = "search" if self.mode.frames == "index" else "turn"
         self.inspected_until = p.step
         sightings: list[Sighting] = []
         for ref in refs:
-            sightings += tools.inspect(ref, names | {"lava"}, self.inspect_stride)
+            sightings += tools.inspect(ref, names | {"lava"}, self.inspect_stride, by=by)
         new: dict[str, Fact] = {}
         known_cells: dict[str, list[Cell]] = {}
         for key in facts:
@@ -185,11 +253,53 @@ class MFMPolicy:
             new[key] = Fact(key, f"{s.name} at ({s.cell[0]}, {s.cell[1]}), read from frame of step {s.step}",
                             RESOURCE_SECTION, (s.episode,))
         if new:
-            tools.consolidate(list(new.values()), None, "frame inspection")
+            tools.consolidate(list(new.values()), None, "frame inspection", tool="write")
         return any(not k.startswith("hazard:") for k in new)
 
+    def _update_sites(self, p: Perception, tools: MemoryTools) -> None:
+        """Places the text names (collected X at, drank at), from episodes not yet searched:
+        grep of the text log (``pro-long``) or a text search of the index (``no-frames``)."""
+        if p.step <= self.sites_until:
+            return
+        lo = self.sites_until + 1
+        texts: list[tuple[str, str]] = []
+        if self.mode.search == "log":
+            texts = [(ln.episode, ln.text) for ln in tools.grep(r"collected \w+ at|drank at", lo)]
+        elif self.mode.search == "index":
+            for word in ("collected", "drank"):
+                texts += [(r.id, e) for r in tools.search(text=word, steps=(lo, p.step), kind="episode")
+                          for e in r.events]
+        self.sites_until = p.step
+        for ep, text in texts:
+            for m in SITE_LINE.finditer(text):
+                name = "water" if m["item"] is None else ITEM_TILE.get(m["item"])
+                if name:
+                    self.sites.setdefault(name, {})[(int(m["x"]), int(m["y"]))] = ep
+
+    def _site(self, p: Perception, names: list[str], usable: set[str], tools: MemoryTools,
+              why: str) -> Decision | None:
+        """Go back to where the text says I got a wanted thing: trees and water stay where they
+        were; for rock, look around the spot for more of it."""
+        if not self.mode.text_sites:
+            return None
+        self._update_sites(p, tools)
+        cands = [(n, c) for n in names if n in usable for c in self.sites.get(n, {}) if self.failed[c] < 2]
+        if not cands:
+            return None
+        name, cell = min(cands, key=lambda h: (l1(h[1], p.pos) + 8 * names.index(h[0]), h[1]))
+        if name in ("tree", "water"):
+            return self._get(name, cell, why + " (where the text says I got it)")
+        self.failed[cell] += 1
+        return Decision("atom", "explore", {"x": cell[0], "y": cell[1], "stop_on": sorted(usable)},
+                        why + " (look where the text says I found it)", [("look_at", cell[0], cell[1])])
+
     def _explore_target(self, p: Perception, names: set[str], facts: dict[str, Fact]) -> Cell:
-        """The nearest unexplored point, pulled towards mountains when rock is wanted."""
+        """The nearest unexplored point, pulled towards mountains when rock is wanted. Without
+        a map (``direct``): a far point that changes every 150 steps, sometimes a random one."""
+        if self.mode.coverage is None:
+            leg = random.Random(self.seed * 1_000_003 + p.step // 150)
+            pick = self.rng if self.rng.random() < 0.2 else leg
+            return (pick.randrange(3, 61), pick.randrange(3, 61))
         if self.explore_target and self.explore_target not in self.seen and self.failed[self.explore_target] < 2:
             return self.explore_target
         rocky = []
@@ -220,10 +330,13 @@ class MFMPolicy:
         usable = {n for n in want if n not in MINE_TOOL or MINE_TOOL[n] in p.inventory and p.inventory[MINE_TOOL[n]]}
         hits = [h for h in self._sight(p, usable, tools, facts, source)]
         if hits:
-            name, cell = sorted(hits, key=lambda h: (names.index(h[0]), l1(h[1], p.pos)))[0]
+            hits.sort(key=lambda h: (names.index(h[0]), l1(h[1], p.pos)))
+            name, cell = hits[0]
+            if not self.mode.in_head and len(hits) > 1 and self.rng.random() < 0.25:
+                name, cell = self.rng.choice(hits)
             return self._get(name, cell, why + " (in view)")
         for attempt in range(2):
-            facts = tools.facts()
+            facts = self.knowledge(p, tools)
             cands = [(n, c) for n in names if n in usable for c in self.known(facts, "res", n) if self.failed[c] < 2]
             if cands:
                 name, cell = min(cands, key=lambda h: (l1(h[1], p.pos) + 8 * names.index(h[0]), h[1]))
@@ -235,6 +348,9 @@ class MFMPolicy:
             if attempt == 0 and not self._inspect(p, set(SEEK_BY_FRAMES) & (want | {"water", "iron", "diamond", "coal"}),
                                                   tools, facts):
                 break
+        site = self._site(p, names, usable, tools, why)
+        if site is not None:
+            return site
         target = self._explore_target(p, want, facts)
         return Decision("atom", "explore", {"x": target[0], "y": target[1], "stop_on": sorted(want)},
                         why + " (explore)", [("go_to", target[0], target[1])])
@@ -268,7 +384,7 @@ class MFMPolicy:
         return Decision("atom", "craft", args, f"make {item}", [("go_to", t[0], t[1])])
 
     def _place_table(self, tool: str | None, why: str) -> Decision:
-        proc = self.procedures.load("table_tool")
+        proc = self.procedures.load("table_tool") if self.mode.procedures else None
         if tool and proc is not None and not proc.disabled:
             return Decision("procedure", "table_tool", {"tool": tool}, why + " (stored procedure)")
         return Decision("atom", "place", {"item": "table"}, why)
@@ -294,8 +410,12 @@ class MFMPolicy:
 
     def decide(self, p: Perception, tools: MemoryTools, source: str | None) -> Decision:
         """One decision from the perception and what memory returns."""
+        if not self.mode.in_head:
+            self.recent.clear()
+            self.failed.clear()
+            self.explore_target = None
         self._update_seen(tools)
-        facts = tools.facts()
+        facts = self.knowledge(p, tools)
         self.state_block = self.build_state(p, tools, facts)
         inv, v = p.inventory, p.vitals
         if self.idle >= 3:
@@ -340,7 +460,7 @@ class MFMPolicy:
                 return Decision("atom", "go_to", {"x": sites[0][0], "y": sites[0][1]},
                                 "night: go where I can dig in", [("go_to", *sites[0])])
             if sites:
-                proc = self.procedures.load("safe_sleep")
+                proc = self.procedures.load("safe_sleep") if self.mode.procedures else None
                 if proc is not None and not proc.disabled:
                     return Decision("procedure", "safe_sleep", {}, "night: dig in and sleep (stored procedure)")
                 return Decision("atom", "shelter", {}, "night: dig a pocket to sleep in")
@@ -435,7 +555,7 @@ class MFMPolicy:
     def after(self, d: Decision, result: AtomResult, row: IndexRow, died: bool, p: Perception,
               tools: MemoryTools) -> None:
         """Update memory from what the episode showed: facts, stale facts, procedures."""
-        facts = tools.facts()
+        facts = self.knowledge(p, tools)
         self.recent.append((d.kind, d.name, _short(d.args), result.label, row.id))
         revise: list[Fact] = []
         target = next(((x, y) for _, x, y in d.targets), None)
@@ -469,9 +589,10 @@ class MFMPolicy:
                     if parsed[0] == "place" or name not in ("tree", "stone", "coal", "iron", "diamond") or \
                             row.action_kind not in ("collect",):
                         self.contradictions.append(why)
-        if revise:
-            tools.consolidate(revise, None, "what the episode showed")
-        self._learn_procedures(d, result, row, died, tools)
+        if revise and self.mode.notes:
+            tools.consolidate(revise, None, "what the episode showed", tool="write")
+        if self.mode.procedures:
+            self._learn_procedures(d, result, row, died, tools)
 
     def _learn_procedures(self, d: Decision, result: AtomResult, row: IndexRow, died: bool,
                           tools: MemoryTools) -> None:
@@ -524,7 +645,10 @@ class MFMPolicy:
     # -- consolidation -------------------------------------------------------------------------
     def consolidation(self, p: Perception, tools: MemoryTools, reason: str, death: tuple[str, Cell, str] | None,
                       last: Decision | None) -> None:
-        """Revise GUIDE.md (hazards, rules, caps, stale facts) and rewrite working.md."""
+        """Revise GUIDE.md (hazards, rules, caps, stale facts) and rewrite working.md; the
+        grid's evidence only where the mode has the grid, none of it without consolidation."""
+        if not self.mode.consolidation or not self.mode.notes:
+            return
         facts = tools.facts()
         new: list[Fact] = []
         if death is not None:
@@ -533,9 +657,9 @@ class MFMPolicy:
                             "Hazards", (ep,)))
         grid = tools.writer.grid
         index = tools.writer.index
-        for r in grid.rows:
+        for r in grid.rows if self.mode.coverage == "grid" else ():
             if r.kind == "opened":
-                for name in ("tree", "stone", "coal", "iron", "diamond"):
+                for name in ("stone", "coal", "iron", "diamond"):
                     key = res_key(name, (r.cell[0], r.cell[1]))
                     if key in facts:
                         ref = index.episode_at(r.step)
@@ -544,7 +668,7 @@ class MFMPolicy:
             key = f"rule:{m}"
             if key not in facts:
                 ep = next((r.id for r in index.query(tags=("milestone",), newest_first=False)
-                           if m in " ".join(r.events)), None)
+                           if m in " ".join(r.events)), None) if self.mode.search == "index" else None
                 new.append(Fact(key, f"{m} works as the rules say (confirmed)", "Rules", (ep,) if ep else ()))
         by_name: dict[str, list[tuple[int, str]]] = {}
         for key in facts:
@@ -569,6 +693,8 @@ class MFMPolicy:
 
     def update_plan(self, p: Perception, d: Decision, tools: MemoryTools) -> None:
         """Keep working.md's targets in step with the decision just taken."""
+        if not self.mode.notes:
+            return
         facts = tools.facts()
         targets = [Target(x, y, d.goal) for _, x, y in d.targets]
         for name in ("diamond", "iron", "coal", "water"):

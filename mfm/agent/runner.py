@@ -20,7 +20,7 @@ from mfm.agent.mapping import DIRS, NavMap
 from mfm.agent.policy import Decision, MFMPolicy
 from mfm.agent.tools import MemoryTools
 from mfm.envs import CrafterHarness, Perception, load_task
-from mfm.memory import ProceduralMemory, RunWriter
+from mfm.memory import ProceduralMemory, RunWriter, SpatialGrid
 from mfm.schema import SCHEMA_VERSION, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, StepRow, TurnRow
 
 FIXED_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -183,7 +183,7 @@ class Runner:
         self.clock = StepClock() if config.fixed_clock else None
         started = self.clock() if self.clock else now_iso()
         manifest = RunManifest(
-            schema_version=SCHEMA_VERSION, run_id=f"{config.task}_{config.method}_s{config.seed}", env="crafter", task=config.task,
+            schema_version=SCHEMA_VERSION, run_id=config.run_name, env="crafter", task=config.task,
             method=config.method, seed=config.seed, step_budget=config.budget,
             milestone_order=self.task.milestones, status="running", started_at=started,
             ablations=tuple(config.ablations), policy=MFMPolicy.name, package_version=__version__,
@@ -192,7 +192,8 @@ class Runner:
         self.harness = CrafterHarness(config.seed, size=config.frame_size)
         self.tools = MemoryTools(self.writer)
         self.procedures = ProceduralMemory(self.writer.memory, ATOMS)
-        self.policy = MFMPolicy(self.task, self.procedures, config.inspect_episodes, config.inspect_stride)
+        self.policy = MFMPolicy(self.task, self.procedures, config.inspect_episodes, config.inspect_stride,
+                                mode=config.mode, seed=config.seed)
         self.body: Recorder | None = None
         self.turn = 0
         self.deaths = 0
@@ -211,7 +212,8 @@ class Runner:
                              self.clock)
         rec = self.writer.begin_episode(kind="initial", life=0, turn=None, action_kind=None, first_step=0, action={})
         self.writer.end_episode(rec, observation=p.frame, state=_state(p), outcome={}, summary="initial state",
-                                tags=["initial"], events=[], x=p.pos[0], y=p.pos[1], outcome_label=None)
+                                tags=["initial"], events=[], x=p.pos[0], y=p.pos[1], outcome_label=None,
+                                log_lines=[_state_line(p)])
         self.tools.step = p.step
         self.policy.consolidation(p, self.tools, "start", None, None)
 
@@ -324,7 +326,8 @@ class Runner:
         rec = self.writer.begin_episode(kind="episode", life=p.life, turn=turn, action_kind=d.name, first_step=p.step,
                                         action=action)
         self.body.begin(rec, turn)
-        nav = NavMap.from_memory(self.writer.grid, self.policy.resources(self.tools))
+        grid = self.writer.grid if self.config.mode.grid_routing else SpatialGrid()
+        nav = NavMap.from_memory(grid, self.policy.resources(self.tools, p))
         atoms = Atoms(self.body, nav, self.config.max_atom_steps)
         results: list[AtomResult] = []
         died = False
@@ -385,7 +388,7 @@ class Runner:
                 "label": label, "reason": last.reason, "atoms": [{"label": r.label, "reason": r.reason} for r in results],
                 "damage": body.damage},
             summary=summary, tags=sorted(tags), events=events, x=p.pos[0], y=p.pos[1], outcome_label=label,
-            note=d.goal)
+            note=d.goal, log_lines=[_state_line(p)])
 
     def _record_death(self, episode: str, step: int) -> None:
         """Queue the death event so that it is committed with the episode it ended."""
@@ -418,6 +421,12 @@ class Runner:
         if not sys.stderr.isatty() and not force and now - self.started < 1:
             return
         print(line.ljust(78), end=end, file=sys.stderr, flush=True)
+
+
+def _state_line(p: Perception) -> str:
+    """The log's ``[STATE]`` line: where the player stands and how it is, when the episode ends."""
+    vit = " ".join(f"{k} {v}" for k, v in p.vitals.items())
+    return f"[STATE] at ({p.pos[0]}, {p.pos[1]}) life {p.life}, {vit}"
 
 
 def _state(p: Perception) -> dict[str, Any]:

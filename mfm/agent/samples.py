@@ -1,7 +1,11 @@
 """Regenerate the sample runs, byte-identical when nothing changed.
 
-    python -m mfm.agent.samples            # writes sample_runs/diamond_mfm_s0 and diamond_mfm_s2
+    python -m mfm.agent.samples            # writes every run of SAMPLES under sample_runs/
     python -m mfm.agent.samples --check    # regenerate elsewhere and compare every byte
+
+``diamond_mfm_s2`` is a full MFM diamond run (12,000-step budget; it ends at the diamond).
+The comparison set runs the four methods on the same seed (2) with a reduced budget of
+2,500 env steps, named ``diamond_METHOD_s2_2500steps``, so that sample_runs/ stays small.
 """
 from __future__ import annotations
 
@@ -15,18 +19,24 @@ from pathlib import Path
 from mfm.agent.config import RunConfig
 from mfm.agent.runner import Runner
 
-SAMPLES: tuple[tuple[str, str, int], ...] = (("diamond_mfm_s0", "diamond", 0), ("diamond_mfm_s2", "diamond", 2))
+COMPARISON_SEED, COMPARISON_STEPS = 2, 2500
+SAMPLES: tuple[tuple[str, str, str, int, int | None], ...] = (
+    ("diamond_mfm_s2", "diamond", "mfm", 2, None),
+    *((f"diamond_{m}_s{COMPARISON_SEED}_{COMPARISON_STEPS}steps", "diamond", m, COMPARISON_SEED, COMPARISON_STEPS)
+      for m in ("direct", "pro-long", "vista", "mfm")),
+)
+"""(folder, task, method, seed, step budget or None for the task's)."""
 COMMAND = "python -m mfm.agent.samples"
 
 
 def generate(root: Path, quiet: bool = False) -> list[Path]:
     """Write every sample run under ``root`` (replacing old copies) with the fixed clock."""
     out = []
-    for name, task, seed in SAMPLES:
+    for name, task, method, seed, steps in SAMPLES:
         final = root / name
         with tempfile.TemporaryDirectory(dir=root) as tmp:
             work = Path(tmp) / name
-            config = RunConfig(task=task, seed=seed, out=work, fixed_clock=True)
+            config = RunConfig(task=task, method=method, seed=seed, steps=steps, out=work, fixed_clock=True)
             Runner(config, command=f"{COMMAND}  # {name}", progress=not quiet).run()
             if final.exists():
                 shutil.rmtree(final)
@@ -60,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         generate(Path(tmp), args.quiet)
         bad = []
-        for name, _, _ in SAMPLES:
+        for name, *_ in SAMPLES:
             bad += [f"{name}/{d}" for d in same_tree(root / name, Path(tmp) / name)]
     for d in bad:
         print(f"differs: {d}")

@@ -8,6 +8,7 @@ recorded for that frame.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -17,7 +18,8 @@ from mfm.envs import decode_frame, estimate_daylight
 from mfm.memory import Fact, IndexQuery, RunWriter, WorkingPlan, consolidate
 from mfm.memory.consolidation import GUIDE, WORKING, parse_guide, parse_plan_targets
 from mfm.memory.retrieval import FrameError, episode_frame, search
-from mfm.schema import IndexRow
+from mfm.memory.run_writer import LOG_RULE
+from mfm.schema import LOGS, IndexRow
 
 CENTRE_COLS, CENTRE_ROWS = range(2, 7), range(1, 6)
 DARK = 0.45
@@ -33,6 +35,49 @@ class Sighting:
     step: int
 
 
+@dataclass(frozen=True)
+class LogLine:
+    """One line of ``logs.txt`` with the episode and env step of its section."""
+
+    episode: str
+    step: int
+    text: str
+
+
+class TextLog:
+    """The harness's ``logs.txt`` read incrementally (it is append-only), for grep."""
+
+    HEAD = re.compile(r"^Action \d+ \| Step (?P<step>\d+) \|.*\| (?P<ep>ep_\d+)$")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: list[LogLine] = []
+        self._offset = 0
+
+    def refresh(self) -> None:
+        """Read the sections appended since the last call."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        ep, step = "", 0
+        for line in data[:end].decode("utf-8").splitlines():
+            m = self.HEAD.match(line)
+            if m:
+                ep, step = m["ep"], int(m["step"])
+            elif line and line != LOG_RULE and ep:
+                self.lines.append(LogLine(ep, step, line))
+
+    def grep(self, pattern: str, since_step: int = 0) -> list[LogLine]:
+        """Lines matching the regular expression ``pattern`` in sections ending at or after ``since_step``."""
+        self.refresh()
+        rx = re.compile(pattern)
+        return [ln for ln in self.lines if ln.step >= since_step and rx.search(ln.text)]
+
+
 class MemoryTools:
     """The agent's access to its run directory's memory, with a per-turn call log."""
 
@@ -46,6 +91,7 @@ class MemoryTools:
         self._trace: dict[int, tuple[int, int]] = {}
         self._trace_offset = 0
         self.inspected_frames = 0
+        self.text_log = TextLog(self.dir / LOGS)
 
     def begin_turn(self, turn: int, step: int, life: int) -> None:
         """Start a new call log for a turn."""
@@ -62,6 +108,29 @@ class MemoryTools:
         args = {k: (list(v) if isinstance(v, tuple) else v) for k, v in predicates.items() if v is not None}
         self.log("search", args, {"ids": [r.id for r in rows]})
         return rows
+
+    def recent_episodes(self, since_step: int, limit: int) -> list[IndexRow]:
+        """The episodes of the last ``limit`` turns (newest first) that ended at or after
+        ``since_step``: frames addressed by turn, without any search."""
+        out = []
+        for row in reversed(self.writer.index.rows):
+            if row.last_step < since_step or len(out) >= limit:
+                break
+            if row.kind == "episode" and row.frames:
+                out.append(row)
+        return out
+
+    def grep(self, pattern: str, since_step: int = 0) -> list[LogLine]:
+        """Search the text log (``logs.txt``) with a regular expression; logged as a search."""
+        hits = self.text_log.grep(pattern, since_step)
+        self.log("search", {"grep": pattern, "file": LOGS, "since_step": since_step},
+                 {"ids": list(dict.fromkeys(h.episode for h in hits)), "lines": len(hits)})
+        return hits
+
+    def trace_positions(self, after_step: int) -> list[tuple[int, int, int]]:
+        """(step, x, y) recorded with the stored frames after ``after_step``."""
+        self._load_trace()
+        return [(s, *xy) for s, xy in self._trace.items() if s > after_step]
 
     def _load_trace(self) -> None:
         path = self.dir / "steps.jsonl"
@@ -82,8 +151,11 @@ class MemoryTools:
             self._load_trace()
         return self._trace.get(step)
 
-    def inspect(self, ref: IndexRow, want: Iterable[str], stride: int = 2) -> list[Sighting]:
-        """Decode every ``stride``-th stored frame of an episode; return the wanted tiles seen."""
+    def inspect(self, ref: IndexRow, want: Iterable[str], stride: int = 2, by: str = "search") -> list[Sighting]:
+        """Decode every ``stride``-th stored frame of an episode; return the wanted tiles seen.
+
+        ``by`` says how the episode was chosen: ``search`` (an index search) or ``turn``
+        (by its turn number, counting back from the present)."""
         wanted = set(want)
         found: dict[tuple[str, Cell], Sighting] = {}
         frames = list(range(ref.frames - 1, -1, -stride))
@@ -110,7 +182,8 @@ class MemoryTools:
                     found.setdefault((name, cell), Sighting(name, cell, ref.id, step))
         self.inspected_frames += looked
         out = sorted(found.values(), key=lambda s: (s.name, s.cell))
-        self.log("inspect", {"episode": ref.id, "frames": looked, "stride": stride, "want": sorted(wanted)},
+        self.log("inspect", {"episode": ref.id, "turn": ref.turn, "by": by, "frames": looked, "stride": stride,
+                             "want": sorted(wanted)},
                  {"found": [{"name": s.name, "x": s.cell[0], "y": s.cell[1], "step": s.step} for s in out]})
         return out
 
@@ -137,14 +210,19 @@ class MemoryTools:
                  {"changed": w is not None, "seq": None if w is None else w.seq})
         return w is not None
 
-    def consolidate(self, facts: list[Fact], plan: WorkingPlan | None, reason: str) -> dict[str, Any]:
-        """Merge facts into GUIDE.md and replace working.md (logged with what changed)."""
+    def consolidate(self, facts: list[Fact], plan: WorkingPlan | None, reason: str,
+                    tool: str = "consolidate") -> dict[str, Any]:
+        """Merge facts into GUIDE.md and replace working.md (logged with what changed).
+
+        ``tool`` is ``consolidate`` for a consolidation (revising knowledge and plan from the
+        evidence so far) and ``write`` for noting facts as they come (sight, inspection)."""
         rep = consolidate(self.writer.memory, facts, plan=plan, step=self.step, life=self.life, turn=self.turn,
                           reason=reason)
         result = {"added": rep.added, "revised": rep.revised, "removed": rep.removed,
                   "plan_changed": rep.plan_changed}
         if rep.changed:
-            self.log("consolidate", {"reason": reason, "facts": len(facts)}, result)
+            self.log(tool, {"path": GUIDE, "reason": reason, "facts": len(facts)} if tool == "write" else
+                     {"reason": reason, "facts": len(facts)}, result)
         return result
 
     def query(self, **kw: Any) -> IndexQuery:

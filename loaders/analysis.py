@@ -1,0 +1,265 @@
+"""Comparison measures over runs: milestones, retargeting after inspection, interaction cost,
+and how far back retrieval reaches. Plain functions (no Streamlit), so that the dashboard,
+``mfm results`` and notebooks compute the same numbers.
+
+Definitions (the paper's appendix A.4, for our turn records):
+
+- A turn **inspected a stored frame** if one of its calls is ``inspect`` and it looked at
+  least at one frame (``args.frames`` > 0, or no count recorded).
+- A turn **retargets** if it names a go_to/look_at target absent from the running plan
+  (``in_plan`` false). Methods without a plan file have every target absent from it.
+- For a retarget turn that inspected, each new target is **near** if it lies within
+  ``radius`` (Euclidean, 8 cells) of the recorded position (the index row's x, y, where the
+  episode ended) of one of the k episodes that turn inspected.
+- The **null rate** is the chance of that with the inspected episodes replaced by k episodes
+  drawn at random, without replacement, from the run's earlier episodes (those ended by the
+  turn's first step): 1 - C(n-m, k) / C(n, k), where n are the earlier episodes and m of them
+  lie within the radius of the target; averaged over the new targets. It is computed
+  exactly, not by drawing.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from mfm.schema import IndexRow, RunManifest, TurnRow
+
+RADIUS = 8.0
+
+
+def label(manifest: RunManifest) -> str:
+    """The method as tables name it: the method, then its ablations (``mfm no-frames``)."""
+    return " ".join([manifest.method, *manifest.ablations])
+
+
+def inspected(turn: TurnRow) -> list[str]:
+    """Episode ids whose stored frames the turn looked at, in call order, without repeats."""
+    out = []
+    for c in turn.calls:
+        if c.get("tool") != "inspect":
+            continue
+        args = c.get("args") or {}
+        if args.get("frames", 1) and args.get("episode"):
+            out.append(str(args["episode"]))
+    return list(dict.fromkeys(out))
+
+
+def retargets(turn: TurnRow) -> list[dict]:
+    """The turn's targets absent from the running plan."""
+    return [t for t in turn.targets if not t.get("in_plan", False)]
+
+
+def near_chance(n: int, m: int, k: int) -> float:
+    """P(at least one of k episodes drawn without replacement from n lies near), m of n near."""
+    if n <= 0 or k <= 0:
+        return 0.0
+    k = min(k, n)
+    if n - m < k:
+        return 1.0
+    return 1.0 - math.comb(n - m, k) / math.comb(n, k)
+
+
+@dataclass
+class Retargeting:
+    """Retarget counts of one or more runs (add them with ``+``)."""
+
+    inspect_turns: int = 0
+    inspect_retargets: int = 0
+    other_turns: int = 0
+    other_retargets: int = 0
+    new_targets: int = 0
+    near: int = 0
+    null_sum: float = 0.0
+
+    def __add__(self, o: "Retargeting") -> "Retargeting":
+        return Retargeting(*(getattr(self, f) + getattr(o, f) for f in self.__dataclass_fields__))
+
+    @property
+    def inspect_rate(self) -> float:
+        """Share of inspecting turns that retarget."""
+        return self.inspect_retargets / self.inspect_turns if self.inspect_turns else float("nan")
+
+    @property
+    def other_rate(self) -> float:
+        """Share of the other turns that retarget."""
+        return self.other_retargets / self.other_turns if self.other_turns else float("nan")
+
+    @property
+    def null_rate(self) -> float:
+        return self.null_sum / self.new_targets if self.new_targets else float("nan")
+
+
+def retargeting(turns: Iterable[TurnRow], index: Sequence[IndexRow], radius: float = RADIUS) -> Retargeting:
+    """Retargeting after inspection vs without, and nearness of the new targets (see module doc)."""
+    eps = sorted((r for r in index if r.kind == "episode" and r.x is not None and r.y is not None),
+                 key=lambda r: r.last_step)
+    by_id = {r.id: r for r in index}
+    last = np.array([r.last_step for r in eps], dtype=np.int64)
+    xy = np.array([(r.x, r.y) for r in eps], dtype=np.float64).reshape(-1, 2)
+    out = Retargeting()
+    for t in turns:
+        looked = [by_id[e] for e in inspected(t) if e in by_id and by_id[e].x is not None]
+        new = retargets(t)
+        if not looked:
+            out.other_turns += 1
+            out.other_retargets += bool(new)
+            continue
+        out.inspect_turns += 1
+        out.inspect_retargets += bool(new)
+        n = int(np.searchsorted(last, t.first_step, side="right"))
+        for g in new:
+            tx, ty = float(g["x"]), float(g["y"])
+            out.new_targets += 1
+            out.near += any(math.hypot(tx - r.x, ty - r.y) <= radius for r in looked)
+            m = int((np.hypot(xy[:n, 0] - tx, xy[:n, 1] - ty) <= radius).sum()) if n else 0
+            out.null_sum += near_chance(n, m, len(looked))
+    return out
+
+
+def retrieval_ages(turns: Iterable[TurnRow], index: Sequence[IndexRow]) -> list[tuple[str, int]]:
+    """(tool, age in env steps) of every episode a search returned or an inspection opened:
+    the turn's first step minus the episode's last step."""
+    by_id = {r.id: r for r in index}
+    out = []
+    for t in turns:
+        for c in t.calls:
+            tool = c.get("tool")
+            if tool == "search":
+                ids = (c.get("result") or {}).get("ids") or ()
+            elif tool == "inspect":
+                ids = [(c.get("args") or {}).get("episode")]
+            else:
+                continue
+            for e in ids:
+                r = by_id.get(str(e))
+                if r is not None:
+                    out.append((tool, t.first_step - r.last_step))
+    return out
+
+
+@dataclass
+class RunMeasures:
+    """Everything the comparison tables need from one run."""
+
+    name: str
+    task: str
+    method: str
+    seed: int
+    milestones: int
+    of: int
+    steps: int
+    budget: int
+    status: str
+    turns: int
+    tool_calls: int
+    calls_by_tool: dict[str, int]
+    deaths: int
+    diamond_step: int | None
+    retarget: Retargeting
+    ages: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def steps_per_turn(self) -> float:
+        return self.steps / self.turns if self.turns else float("nan")
+
+
+def measure(run: Any) -> RunMeasures:
+    """The measures of a run opened with :func:`loaders.open_run`."""
+    m: RunManifest = run.manifest
+    turns: list[TurnRow] = run.records("turns.jsonl")
+    index: list[IndexRow] = run.records("index.jsonl")
+    by_tool: dict[str, int] = {}
+    for t in turns:
+        for c in t.calls:
+            by_tool[c.get("tool", "?")] = by_tool.get(c.get("tool", "?"), 0) + 1
+    deaths = sum(1 for e in run.records("lives.jsonl") if e.event == "death")
+    return RunMeasures(
+        name=run.name, task=m.task, method=label(m), seed=m.seed,
+        milestones=sum(1 for n in m.milestone_order if n in m.milestones), of=len(m.milestone_order),
+        steps=m.last_step, budget=m.step_budget, status=m.status, turns=len(turns),
+        tool_calls=sum(by_tool.values()), calls_by_tool=by_tool, deaths=deaths,
+        diamond_step=m.milestones.get("collect_diamond"), retarget=retargeting(turns, index),
+        ages=retrieval_ages(turns, index))
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    vals = list(values)
+    if not vals:
+        return float("nan"), float("nan")
+    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
+
+
+def milestone_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Milestones reached per method: mean, std, per-seed values, diamond steps."""
+    rows = []
+    for method, group in _by_method(ms):
+        mean, std = mean_std([r.milestones for r in group])
+        rows.append({"method": method, "seeds": len(group), "mean": mean, "std": std, "of": group[0].of,
+                     "per_seed": {r.seed: r.milestones for r in group},
+                     "diamond_step": {r.seed: r.diamond_step for r in group},
+                     "steps": {r.seed: r.steps for r in group}, "deaths": sum(r.deaths for r in group)})
+    return pd.DataFrame(rows)
+
+
+def retarget_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Retargeting pooled over the seeds of each method."""
+    rows = []
+    for method, group in _by_method(ms):
+        r = sum((x.retarget for x in group), Retargeting())
+        rows.append({"method": method, "inspect_turns": r.inspect_turns, "inspect_retarget_rate": r.inspect_rate,
+                     "other_turns": r.other_turns, "other_retarget_rate": r.other_rate,
+                     "new_targets": r.new_targets, "near": r.near,
+                     "near_rate": r.near / r.new_targets if r.new_targets else float("nan"),
+                     "null_rate": r.null_rate})
+    return pd.DataFrame(rows)
+
+
+def interaction_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Env steps per turn and model (turn) / tool calls per milestone, pooled over seeds."""
+    rows = []
+    for method, group in _by_method(ms):
+        steps, turns = sum(r.steps for r in group), sum(r.turns for r in group)
+        calls, got = sum(r.tool_calls for r in group), sum(r.milestones for r in group)
+        tools: dict[str, int] = {}
+        for r in group:
+            for k, v in r.calls_by_tool.items():
+                tools[k] = tools.get(k, 0) + v
+        rows.append({"method": method, "steps": steps, "turns": turns, "steps_per_turn": steps / turns if turns else
+                     float("nan"), "model_calls_per_milestone": turns / got if got else float("nan"),
+                     "tool_calls": calls, "tool_calls_per_milestone": calls / got if got else float("nan"),
+                     "calls_by_tool": dict(sorted(tools.items()))})
+    return pd.DataFrame(rows)
+
+
+def reach_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Age in env steps of retrieved episodes (searched or inspected), pooled over seeds."""
+    rows = []
+    for method, group in _by_method(ms):
+        for tool in ("search", "inspect"):
+            ages = np.array([a for r in group for t, a in r.ages if t == tool], dtype=np.int64)
+            if not len(ages):
+                continue
+            rows.append({"method": method, "tool": tool, "episodes": len(ages), "median": float(np.median(ages)),
+                         "p90": float(np.percentile(ages, 90)), "max": int(ages.max()),
+                         "over_1000": float((ages > 1000).mean())})
+    return pd.DataFrame(rows)
+
+
+ORDER = ("direct", "pro-long", "vista", "mfm")
+
+
+def _by_method(ms: Sequence[RunMeasures]) -> list[tuple[str, list[RunMeasures]]]:
+    groups: dict[str, list[RunMeasures]] = {}
+    for r in ms:
+        groups.setdefault(r.method, []).append(r)
+
+    def key(name: str) -> tuple[int, str]:
+        return (ORDER.index(name) if name in ORDER else len(ORDER), name)
+
+    return [(k, sorted(groups[k], key=lambda r: r.seed)) for k in sorted(groups, key=key)]
