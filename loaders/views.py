@@ -549,9 +549,12 @@ def problems_table(run: Run) -> pd.DataFrame:
                         columns=["where", "severity", "message"])
 
 
-def runs_overview(runs: list[Run], root: Path) -> pd.DataFrame:
-    """One row per run for the Runs page, keyed by its path relative to ``root``. Reads every
-    run's tables (once per change of its files) so that ``problems`` is always counted."""
+def runs_overview(runs: list[Run], root: Path, check: bool = True) -> pd.DataFrame:
+    """One row per run for the Runs page, keyed by its path relative to ``root``.
+
+    With ``check`` every run's tables are read (once per change of its files) so that
+    ``problems`` is counted; without it only manifests and line counts are read, and
+    ``problems`` is counted only for runs already read (None for the others)."""
     root = root.resolve()
     rows = []
     for r in runs:
@@ -565,7 +568,8 @@ def runs_overview(runs: list[Run], root: Path) -> pd.DataFrame:
             "seed": s["seed"], "steps": s["steps"], "budget": s["budget"], "lives": s["lives"],
             "deaths": s["deaths"], "milestones": f"{s['milestones']}/{s['milestones_total']}",
             "milestones_reached": s["milestones"], "milestones_total": s["milestones_total"],
-            "status": s["status"], "episodes": s["episodes"], "problems": len(r.problems),
+            "status": s["status"], "episodes": s["episodes"],
+            "problems": len(r.problems) if check or r.loaded else None,
         })
     return pd.DataFrame(rows, columns=["key", "task", "method", "ablations", "seed", "steps", "budget", "lives",
                                        "deaths", "milestones", "milestones_reached", "milestones_total", "status",

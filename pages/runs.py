@@ -24,8 +24,10 @@ if not runs:
             "`mfm dashboard ROOT` points the dashboard at another folder.")
     st.stop()
 
-with st.spinner(f"Reading {len(runs)} run(s) and checking them for damage…"):
-    overview = views.runs_overview(runs, root)
+AUTO_CHECK = 12
+check = len(runs) <= AUTO_CHECK or st.session_state.get("w_check_all", False)
+with st.spinner(f"Reading {len(runs)} run(s)" + (" and checking them for damage…" if check else "…")):
+    overview = views.runs_overview(runs, root, check=check)
 by_key = {run_key(root, r.path): r for r in runs}
 keys = list(overview["key"])
 
@@ -38,7 +40,7 @@ follow = live and st.toggle("Follow running runs (refresh every 10 s)", value=Tr
 def _table() -> None:
     """The runs table; refreshed on a timer while a run is being written."""
     fresh = ui.all_runs() if follow else runs
-    ov = views.runs_overview(fresh, root)
+    ov = views.runs_overview(fresh, root, check=check)
     table = ov.assign(status=ov["status"].map(lambda s: STATUS_LABELS.get(s, s)),
                       progress=ov["milestones_reached"] / ov["milestones_total"].clip(lower=1),
                       open=ov["key"].isin([k for k, _ in runs_open]))
@@ -56,7 +58,9 @@ def _table() -> None:
                                                         width="small"),
             "seed": st.column_config.NumberColumn("seed", format="%d", width="small"),
             "lives": st.column_config.NumberColumn("lives", format="%d", width="small"),
-            "problems": st.column_config.NumberColumn("problems", help="Damaged lines or files (see below)"),
+            "problems": st.column_config.NumberColumn(
+                "problems", help="Damaged lines or files (see below); blank: not checked yet (open the run, or "
+                                 "check all runs below)"),
         })
     if follow:
         st.caption(f"Refreshed {ui.stamp()}")
@@ -91,7 +95,11 @@ if runs_open:
     cols[1].page_link(p["frames"], label="Compare frames", query_params=params)
     cols[2].page_link(p["grid"], label="Spatial grid", query_params=params)
 
-damaged = [(k, by_key[k]) for k in keys if by_key[k].problems]
+if not check:
+    st.toggle(f"Check all {len(runs)} runs for damage (reads every run)", key="w_check_all",
+              help=f"With more than {AUTO_CHECK} runs only the manifests are read until you ask; opened runs are "
+                   "always checked.")
+damaged = [(k, by_key[k]) for k in keys if (check or by_key[k].loaded) and by_key[k].problems]
 if damaged:
     st.subheader("Damaged runs")
     for k, r in damaged:
@@ -99,7 +107,7 @@ if damaged:
 
 st.subheader("Milestones")
 shown = [r for k, r in runs_open] or runs
-ov = views.runs_overview(shown, root)
+ov = views.runs_overview(shown, root, check=check or bool(runs_open))
 c1, c2 = st.columns([2, 3])
 c1.plotly_chart(charts.reached_figure(ov), width="stretch", key="reached")
 ms = views.milestone_steps(shown, root)
