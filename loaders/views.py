@@ -290,6 +290,19 @@ def vitals_series(steps: pd.DataFrame, lo: int | None = None, hi: int | None = N
     return out[cols].sort_values("step", ignore_index=True)
 
 
+def absent_records(run: Run) -> list[str]:
+    """What a run did not record (a foreign format without turns or agent memory, say), in
+    words for a note on the pages."""
+    out = []
+    if run.turns().empty:
+        out.append("turns (so no searches, inspections or targets)")
+    if run.memory_writes().empty:
+        out.append("agent-written memory")
+    if run.steps().empty:
+        out.append("a per-step trace (so no per-step frames, vitals or paths)")
+    return out
+
+
 def height_band(df: pd.DataFrame, band: tuple[int, int]) -> pd.DataFrame:
     """Rows of a 3-D run whose height ``y`` lies in ``band`` (inclusive)."""
     return df[(df["y"] >= band[0]) & (df["y"] <= band[1])]

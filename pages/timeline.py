@@ -23,6 +23,8 @@ m = run.manifest
 st.caption(f"`{key}` · {m.task if m else '?'} · {m.method if m else '?'} · seed {m.seed if m else '?'} · "
            f"{run.status} · {len(run.episodes())} episodes")
 ui.show_problems(key, run)
+if missing := views.absent_records(run):
+    st.info(f"This {run.format} run has no {', no '.join(missing)}: those marks are not shown.")
 
 first, last = views.step_bounds(run)
 if last <= first:

@@ -67,3 +67,5 @@ def test_every_page_renders_foreign_runs(root: Path, page: str | None, which: st
         assert ("not included" in shown) == (which == "export"), shown[-800:]
     elif page:
         assert ks[0].split("/")[-1] in shown
+    if page == "timeline" and which == "recording":
+        assert "has no turns" in shown and "no agent-written memory" in shown
