@@ -94,13 +94,29 @@ class Retargeting:
         return self.null_sum / self.new_targets if self.new_targets else float("nan")
 
 
-def retargeting(turns: Iterable[TurnRow], index: Sequence[IndexRow], radius: float = RADIUS) -> Retargeting:
-    """Retargeting after inspection vs without, and nearness of the new targets (see module doc)."""
+def position(r: IndexRow, three_d: bool = False) -> tuple[float, ...]:
+    """Where an episode ended, for distances: (x, y) in 2-D worlds; in 3-D worlds (``z`` set,
+    ``y`` the height) the horizontal plane (x, z), or (x, z, y) with ``three_d``."""
+    if r.z is None:
+        return (r.x, r.y)
+    return (r.x, r.z, r.y) if three_d else (r.x, r.z)
+
+
+def target_position(g: dict, three_d: bool = False) -> tuple[float, ...]:
+    """A named target's position in the same plane (3-D targets keep their height apart)."""
+    if three_d and isinstance(g.get("height"), (int, float)):
+        return (float(g["x"]), float(g["y"]), float(g["height"]))
+    return (float(g["x"]), float(g["y"]))
+
+
+def retargeting(turns: Iterable[TurnRow], index: Sequence[IndexRow], radius: float = RADIUS,
+                three_d: bool = False) -> Retargeting:
+    """Retargeting after inspection vs without, and nearness of the new targets (see module doc).
+    Distances are taken on the horizontal plane unless ``three_d``."""
     eps = sorted((r for r in index if r.kind == "episode" and r.x is not None and r.y is not None),
                  key=lambda r: r.last_step)
     by_id = {r.id: r for r in index}
     last = np.array([r.last_step for r in eps], dtype=np.int64)
-    xy = np.array([(r.x, r.y) for r in eps], dtype=np.float64).reshape(-1, 2)
     out = Retargeting()
     for t in turns:
         looked = [by_id[e] for e in inspected(t) if e in by_id and by_id[e].x is not None]
@@ -113,10 +129,10 @@ def retargeting(turns: Iterable[TurnRow], index: Sequence[IndexRow], radius: flo
         out.inspect_retargets += bool(new)
         n = int(np.searchsorted(last, t.first_step, side="right"))
         for g in new:
-            tx, ty = float(g["x"]), float(g["y"])
+            tp = target_position(g, three_d)
             out.new_targets += 1
-            out.near += any(math.hypot(tx - r.x, ty - r.y) <= radius for r in looked)
-            m = int((np.hypot(xy[:n, 0] - tx, xy[:n, 1] - ty) <= radius).sum()) if n else 0
+            out.near += any(math.dist(tp, position(r, three_d)[:len(tp)]) <= radius for r in looked)
+            m = sum(math.dist(tp, position(r, three_d)[:len(tp)]) <= radius for r in eps[:n])
             out.null_sum += near_chance(n, m, len(looked))
     return out
 

@@ -189,3 +189,16 @@ def test_an_original_mfm_run_folder_opens(export_dir: Path, tmp_path: Path):
     assert run.manifest.env == "minecraft" and run.manifest.last_step == raw["index"][-1]["last_step"]
     with pytest.raises(FrameError):
         run.observation(ep)
+
+
+def test_3d_distances_use_the_horizontal_plane_unless_asked(export_dir: Path):
+    from loaders.analysis import position, retargeting, target_position
+
+    run = open_run(export_dir)
+    r = run.records("index.jsonl")[5]
+    assert position(r) == (r.x, r.z) and position(r, three_d=True) == (r.x, r.z, r.y)
+    g = {"kind": "go_to", "x": 1.0, "y": 2.0, "height": 60.0, "in_plan": None}
+    assert target_position(g) == (1.0, 2.0) and target_position(g, three_d=True) == (1.0, 2.0, 60.0)
+    flat = retargeting(run.records("turns.jsonl"), run.records("index.jsonl"))
+    deep = retargeting(run.records("turns.jsonl"), run.records("index.jsonl"), three_d=True)
+    assert flat.inspect_turns == deep.inspect_turns and flat.new_targets == deep.new_targets
