@@ -261,3 +261,58 @@ def reached_figure(overview: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(title_text="run")
     fig.update_yaxes(title_text="milestones reached (count)", rangemode="tozero", dtick=1)
     return _layout(fig, 340)
+
+
+def retarget_map(position: tuple[float, float] | None, inspected: list[dict], targets: list[dict],
+                 radius: float) -> go.Figure:
+    """A retarget turn on a mini-map: the agent, the inspected episodes' positions with the
+    ``radius`` circle around each, and the new targets (filled when near)."""
+    fig = go.Figure()
+    for ins in inspected:
+        if ins.get("x") is None:
+            continue
+        x, y = float(ins["x"]), float(ins["y"])
+        fig.add_shape(type="circle", x0=x - radius, x1=x + radius, y0=y - radius, y1=y + radius,
+                      line=dict(color=theme.MARK_STYLES["inspect"]["color"], dash="dot"), layer="below")
+    pts = [i for i in inspected if i.get("x") is not None]
+    if pts:
+        fig.add_trace(go.Scatter(
+            x=[i["x"] for i in pts], y=[i["y"] for i in pts], mode="markers+text", name="inspected episode",
+            text=[i["episode"] for i in pts], textposition="top center",
+            marker=dict(symbol="diamond", size=12, color=theme.MARK_STYLES["inspect"]["color"])))
+    if targets:
+        fig.add_trace(go.Scatter(
+            x=[t["x"] for t in targets], y=[t["y"] for t in targets], mode="markers", name="new target",
+            customdata=[t.get("kind", "?") for t in targets], hovertemplate="%{customdata} (%{x}, %{y})<extra></extra>",
+            marker=dict(symbol="x", size=14, color=["#d62728" if t.get("near") else "#7f7f7f" for t in targets])))
+    if position is not None:
+        fig.add_trace(go.Scatter(x=[position[0]], y=[position[1]], mode="markers", name="agent",
+                                 marker=dict(symbol="circle", size=13, color="#111111")))
+    fig.update_xaxes(title_text="x (cells)", scaleanchor="y", scaleratio=1)
+    fig.update_yaxes(title_text="y (cells)", autorange="reversed")
+    return _layout(fig, 420)
+
+
+def band_figure(bands: pd.DataFrame, y_title: str, shade: list[tuple[int, int]] | None = None,
+                shade_label: str = "") -> go.Figure:
+    """One line per method (mean over seeds) with the min-max band of its seeds; optional
+    shaded step intervals."""
+    fig = go.Figure()
+    for lo, hi in shade or ():
+        fig.add_vrect(x0=lo, x1=max(hi, lo + 1), fillcolor="#1b9e77", opacity=0.12, line_width=0)
+    for method in dict.fromkeys(bands["method"]) if len(bands) else ():
+        g = bands[bands["method"] == method]
+        color = theme.method_color(method)
+        if int(g["seeds"].max()) > 1:
+            fig.add_trace(go.Scatter(x=list(g["step"]) + list(g["step"])[::-1], y=list(g["hi"]) + list(g["lo"])[::-1],
+                                     fill="toself", fillcolor=color, opacity=0.18, line=dict(width=0),
+                                     hoverinfo="skip", showlegend=False, name=f"{method} seeds"))
+        fig.add_trace(go.Scatter(x=g["step"], y=g["mean"], mode="lines", name=str(method),
+                                 line=dict(color=color, width=2),
+                                 hovertemplate="step %{x}: %{y:.2f}<extra>" + str(method) + "</extra>"))
+    fig.update_xaxes(title_text="env step")
+    fig.update_yaxes(title_text=y_title, rangemode="tozero")
+    if shade:
+        fig.add_annotation(text=shade_label, xref="paper", yref="paper", x=1, y=1.0, showarrow=False,
+                           xanchor="right", yanchor="bottom", font=dict(size=11, color="#1b9e77"))
+    return _layout(fig, 420)

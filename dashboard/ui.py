@@ -6,10 +6,11 @@ in the session, so moving between pages through the sidebar keeps the selection.
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,11 @@ PAGE_SPECS = {
     "timeline": ("timeline.py", "Timeline", ":material/view_timeline:"),
     "frames": ("frames.py", "Frames", ":material/compare:"),
     "grid": ("grid.py", "Spatial grid", ":material/grid_on:"),
+    "retargeting": ("retargeting.py", "Retargeting", ":material/my_location:"),
+    "steps_per_turn": ("steps_per_turn.py", "Steps per turn", ":material/speed:"),
+    "memory": ("memory.py", "Memory", ":material/description:"),
+    "progress": ("progress.py", "Progress", ":material/flag:"),
+    "sql": ("sql.py", "SQL", ":material/terminal:"),
 }
 
 
@@ -212,6 +218,21 @@ def show_problems(key: str, run: Run) -> None:
         st.dataframe(probs, hide_index=True, width="stretch",
                      column_config={"where": st.column_config.TextColumn("file:line", width="medium"),
                                     "message": st.column_config.TextColumn("problem", width="large")})
+
+
+def figure_downloads(make: Callable[[], Any], stem: str, width: str) -> None:
+    """Download buttons for a paper figure (SVG, PDF, PNG and its JSON manifest); ``make``
+    builds the :class:`dashboard.figures.Figure` and runs only when a button is clicked."""
+    from dashboard import figures
+
+    cols = st.columns(len(figures.FORMATS) + 1)
+    for col, fmt in zip(cols, figures.FORMATS):
+        col.download_button(f"Figure {fmt.upper()}", data=lambda f=fmt: figures.render(make(), f),
+                            file_name=f"{stem}.{fmt}", mime=figures.MIME[fmt], key=f"dl_{stem}_{fmt}",
+                            on_click="ignore", icon=":material/download:")
+    cols[-1].download_button("Manifest JSON", data=lambda: json.dumps(figures.manifest(make(), width), indent=2),
+                             file_name=f"{stem}.json", mime="application/json", key=f"dl_{stem}_json",
+                             on_click="ignore", icon=":material/data_object:")
 
 
 def stamp() -> str:

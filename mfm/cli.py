@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mfm.agent.config import ABLATIONS, METHODS
+from mfm.agent.config import ABLATIONS, METHODS, POLICIES
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -68,17 +68,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mfm.agent.config import RunConfig
     from mfm.agent.runner import Runner, command_line
 
+    from mfm.agent.config import LLMConfig
+    from mfm.agent.llm import LLMUnavailable
+
     try:
+        llm = None
+        if args.policy == "llm":
+            llm = LLMConfig(model=args.model or "", base_url=args.base_url, price_prompt_per_1k=args.price_in,
+                            price_completion_per_1k=args.price_out, max_failures=args.max_failures,
+                            timeout_s=args.timeout, send_images=not args.no_images)
+        elif args.model:
+            raise ValueError("--model needs --policy llm")
         config = RunConfig(task=args.task, method=args.method, seed=args.seed, steps=args.steps,
                            out=Path(args.out or "runs/run"), ablations=tuple(args.ablation or ()),
-                           fixed_clock=args.fixed_clock, consolidate_every=args.consolidate_every)
+                           fixed_clock=args.fixed_clock, consolidate_every=args.consolidate_every, llm=llm)
     except ValueError as e:
         print(f"mfm run: {e}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else Path("runs") / config.run_name
     config = dataclasses.replace(config, out=out)
     argv = ["mfm", *sys.argv[1:]] if args.command_argv is None else args.command_argv
-    runner = Runner(config, command=command_line(argv), progress=not args.quiet)
+    try:
+        runner = Runner(config, command=command_line(argv), progress=not args.quiet)
+    except LLMUnavailable as e:
+        print(f"mfm run: {e}", file=sys.stderr)
+        return 2
     try:
         runner.run()
     except KeyboardInterrupt:
@@ -89,6 +103,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{out}: {m.status} ({m.end_reason}); {m.last_step} steps, {len(reached)}/{len(m.milestone_order)} milestones, "
           f"{s['deaths']} deaths, {s['turns']} turns ({s['steps_per_turn']} steps/turn); resources found by "
           f"inspection {sum(s['found_by_inspection'].values())}, by sight {sum(s['found_by_sight'].values())}")
+    if config.llm is not None:
+        print(f"model {s['model']}: {s['requests']} requests, {s['failures']} failures, {s['prompt_tokens']} prompt + "
+              f"{s['completion_tokens']} completion tokens, cost ${s['cost_usd']:.4f}")
     return 0 if m.status == "finished" else 130
 
 
@@ -159,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--fixed-clock", action="store_true", help="deterministic timestamps (byte-identical runs)")
     r.add_argument("--consolidate-every", type=int, default=25, help="episodes between consolidations")
     r.add_argument("--quiet", action="store_true", help="no progress line")
+    r.add_argument("--policy", default="scripted", choices=POLICIES,
+                   help="who decides: the scripted policy or a model (llm; see docs/llm.md)")
+    r.add_argument("--model", default=None, help="model name for --policy llm (endpoint and key from "
+                                                 "OPENAI_BASE_URL and OPENAI_API_KEY)")
+    r.add_argument("--base-url", default=None, help="endpoint for --policy llm (default: $OPENAI_BASE_URL)")
+    r.add_argument("--price-in", type=float, default=0.0, help="USD per 1k prompt tokens (cost estimate)")
+    r.add_argument("--price-out", type=float, default=0.0, help="USD per 1k completion tokens (cost estimate)")
+    r.add_argument("--max-failures", type=int, default=5, help="model failures in a row that stop the run")
+    r.add_argument("--timeout", type=float, default=60.0, help="seconds per model request")
+    r.add_argument("--no-images", action="store_true", help="do not send inspected frames as images")
     r.set_defaults(func=cmd_run, command_argv=None)
 
     w = sub.add_parser("sweep", help="run methods x seeds (and mfm ablations) in parallel processes")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, ui
+from dashboard import charts, figures, ui
 from dashboard.core import parse_cell, parse_range, split_list
 from dashboard.theme import CELL_KIND_COLORS
 from loaders import views
@@ -102,6 +102,7 @@ def _on_pick() -> None:
 
 
 st.plotly_chart(fig, width="stretch", key="grid_chart", on_select=_on_pick, selection_mode="points")
+ui.figure_downloads(lambda: figures.grid_figure(key, run), f"spatial_grid_{key.replace('/', '_')}", "single")
 counts = cells["kind"].value_counts() if len(cells) else pd.Series(dtype=int)
 st.caption(" · ".join(f"{k}: {int(counts.get(k, 0))} cells" for k in GRID_KINDS) +
            f" · {len(paths)} path points drawn (of {len(steps)} steps) · click a marker to pick its cell")

@@ -5,7 +5,7 @@ import json
 
 import streamlit as st
 
-from dashboard import charts, ui
+from dashboard import charts, figures, ui
 from dashboard.core import parse_int, parse_range
 from loaders import views
 from mfm.memory.retrieval import FrameError
@@ -83,6 +83,7 @@ def _on_bar() -> None:
 
 
 st.plotly_chart(fig, width="stretch", key="timeline_chart", on_select=_on_bar, selection_mode="points")
+ui.figure_downloads(lambda: figures.timeline_figure(key, run), f"timeline_{key.replace('/', '_')}", "double")
 binned = len(bars) and (bars["count"] > 1).any()
 st.caption(f"Steps {lo}–{hi}: {int(bars['count'].sum()) if len(bars) else 0} episodes"
            + (f" merged into {len(bars)} bars" if binned else "")

@@ -5,7 +5,6 @@ Screenshots of every page go to ``test-artifacts/screenshots/``.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,14 +17,16 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
-from dash_data import CRAFTER, DAMAGED, NESTED, make_root
+from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
 from loaders.views import inspections
 
 CHROMIUM = os.environ.get("MFM_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
-SHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "screenshots"
+REPO = Path(__file__).resolve().parent.parent
+"""The checkout under test: the server runs its ``mfm.cli`` (not whatever ``mfm`` is installed)."""
+SHOTS = REPO / "test-artifacts" / "screenshots"
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file() and not os.environ.get("MFM_REQUIRE_BROWSER"),
                                 reason=f"no Chromium at {CHROMIUM} (set MFM_CHROMIUM or apt-get install chromium); "
@@ -42,10 +43,9 @@ def free_port() -> int:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = make_root(tmp_path_factory.mktemp("runs"), crafter_steps=300)
     port = free_port()
-    mfm = shutil.which("mfm")
-    cmd = ([mfm] if mfm else [sys.executable, "-m", "mfm.cli"]) + ["dashboard", str(root), "--port", str(port)]
+    cmd = [sys.executable, "-m", "mfm.cli", "dashboard", str(root), "--port", str(port)]
     log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -238,3 +238,17 @@ def test_escape_attempt_is_refused_in_the_browser(server, page) -> None:
     base, _ = server
     page.goto(url(base, "timeline", runs="../../etc", run="../../etc"))
     check(page, "refused", "Refused run path", "No run is open", tall=900)
+
+
+ANALYSIS_PAGES = [("retargeting", "Retargeting", "Per method, pooled over seeds"),
+                  ("steps_per_turn", "Steps per turn", "Pooled over seeds"),
+                  ("memory", "Memory", "mine/GUIDE.md"),
+                  ("progress", "Progress", "Reach: age of retrieved episodes"),
+                  ("sql", "SQL", "Tables and columns")]
+
+
+@pytest.mark.parametrize("path,title,text", ANALYSIS_PAGES)
+def test_analysis_pages_render(server, page, path: str, title: str, text: str) -> None:
+    base, _ = server
+    page.goto(url(base, path, runs=f"{SYNTHETIC},{NESTED}", run=SYNTHETIC))
+    check(page, path, title, text)

@@ -15,6 +15,50 @@ ABLATIONS: tuple[str, ...] = ("no-frames", "no-index", "no-procedures", "no-cons
 """Components of the MFM method that can be switched off (ablations apply to ``mfm`` only)."""
 
 
+POLICIES: tuple[str, ...] = ("scripted", "llm")
+"""Who decides each turn: the scripted policy, or a model over an OpenAI-compatible API."""
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Settings of the LLM policy (see :mod:`mfm.agent.llm` and ``docs/llm.md``).
+
+    ``base_url`` None: the ``OPENAI_BASE_URL`` environment variable (or the OpenAI default).
+    The key is read from the environment variable ``api_key_env`` and never recorded.
+    Prices are per 1000 tokens, for the cost estimate in each turn's ``usage``.
+    ``max_failures`` consecutive failed model requests stop the run (status interrupted);
+    each failure waits ``backoff_s * 2**(n-1)`` seconds (at most ``backoff_max_s``) first.
+    ``recent_tokens`` is the budget of the recent-turns part of the prompt, ``guide_tokens``
+    of GUIDE.md; tokens are estimated as characters / 4. Prompts longer than
+    ``record_prompt_chars`` are recorded by sha256 and length only.
+    """
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    price_prompt_per_1k: float = 0.0
+    price_completion_per_1k: float = 0.0
+    timeout_s: float = 60.0
+    max_failures: int = 5
+    backoff_s: float = 1.0
+    backoff_max_s: float = 30.0
+    max_tool_rounds: int = 6
+    recent_tokens: int = 2000
+    guide_tokens: int = 1500
+    send_images: bool = True
+    temperature: float | None = None
+    max_tokens: int | None = None
+    record_prompt_chars: int = 4000
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("the llm policy needs a model name (--model)")
+        if self.max_failures < 1 or self.max_tool_rounds < 1:
+            raise ValueError("max_failures and max_tool_rounds must be at least 1")
+        if min(self.price_prompt_per_1k, self.price_completion_per_1k, self.backoff_s, self.timeout_s) < 0:
+            raise ValueError("prices, backoff and timeout cannot be negative")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that decides a run; two equal configs give the same run directory.
@@ -38,6 +82,7 @@ class RunConfig:
     max_atom_steps: int = 60
     stop_when_done: bool = True
     extra: dict = field(default_factory=dict)
+    llm: LLMConfig | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -70,14 +115,23 @@ class RunConfig:
         return mode_for(self.method, self.ablations)
 
     @property
+    def policy(self) -> str:
+        """``scripted`` or ``llm``."""
+        return "scripted" if self.llm is None else "llm"
+
+    @property
     def run_name(self) -> str:
-        """``task_method[-ablation...]_sSEED``: the run id and default folder name."""
-        return f"{self.task}_{'-'.join([self.method, *self.ablations])}_s{self.seed}"
+        """``task_method[-ablation...]_sSEED`` (``_llm`` added for the LLM policy): the run id
+        and default folder name."""
+        base = f"{self.task}_{'-'.join([self.method, *self.ablations])}_s{self.seed}"
+        return base if self.llm is None else f"{base}_llm"
 
     def to_manifest(self) -> dict[str, Any]:
         """The config as recorded in ``run.json`` (paths as strings, no output folder)."""
         d = asdict(self)
         d.pop("out")
+        if self.llm is None:
+            d.pop("llm")
         d["ablations"] = list(self.ablations)
         d["budget"] = self.budget
         d["memory"] = asdict(self.mode)

@@ -34,6 +34,11 @@ LAVA_LINE = re.compile(r"lava next to me at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
 STATE_LINE = re.compile(r"^\[STATE\] at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
 
 
+class PolicyGaveUp(RuntimeError):
+    """The policy cannot decide any more (e.g. its model failed too often): the run stops
+    cleanly with status ``interrupted`` and this message as the end reason."""
+
+
 @dataclass
 class Decision:
     """What the policy does this turn: one atom or one procedure, and why."""
@@ -70,6 +75,8 @@ class MFMPolicy:
     method. ``seed`` seeds the exploration of the memoryless ``direct`` mode."""
 
     name = "mfm-scripted"
+    turn_usage: dict[str, Any] | None = None
+    turn_latency: float | None = None
 
     def __init__(self, task: Task, procedures: ProceduralMemory, inspect_episodes: int = 16,
                  inspect_stride: int = 2, mode: MemoryMode = MFM, seed: int = 0) -> None:

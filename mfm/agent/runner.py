@@ -17,7 +17,7 @@ from mfm import __version__
 from mfm.agent.atoms import ATOMS, COLLECT_GIVES, AtomResult, Atoms, BudgetExhausted, Died, RunStopped
 from mfm.agent.config import RunConfig
 from mfm.agent.mapping import DIRS, NavMap
-from mfm.agent.policy import Decision, MFMPolicy
+from mfm.agent.policy import Decision, MFMPolicy, PolicyGaveUp
 from mfm.agent.tools import MemoryTools
 from mfm.envs import CrafterHarness, Perception, load_task
 from mfm.memory import ProceduralMemory, RunWriter, SpatialGrid
@@ -181,19 +181,31 @@ class Runner:
         self.stop = stop
         self.progress = progress
         self.clock = StepClock() if config.fixed_clock else None
+        client = None
+        if config.llm is not None:
+            from mfm.agent.llm import make_client
+
+            client = make_client(config.llm)
         started = self.clock() if self.clock else now_iso()
         manifest = RunManifest(
             schema_version=SCHEMA_VERSION, run_id=config.run_name, env="crafter", task=config.task,
             method=config.method, seed=config.seed, step_budget=config.budget,
             milestone_order=self.task.milestones, status="running", started_at=started,
-            ablations=tuple(config.ablations), policy=MFMPolicy.name, package_version=__version__,
+            ablations=tuple(config.ablations), policy=policy_name(config), package_version=__version__,
             command=command, config=config.to_manifest())
         self.writer = RunWriter(Path(config.out), manifest, clock=self.clock or now_iso)
         self.harness = CrafterHarness(config.seed, size=config.frame_size)
         self.tools = MemoryTools(self.writer)
         self.procedures = ProceduralMemory(self.writer.memory, ATOMS)
-        self.policy = MFMPolicy(self.task, self.procedures, config.inspect_episodes, config.inspect_stride,
-                                mode=config.mode, seed=config.seed)
+        self.policy: MFMPolicy
+        if config.llm is not None:
+            from mfm.agent.llm import LLMPolicy
+
+            self.policy = LLMPolicy(self.task, self.procedures, config.llm, client, mode=config.mode,
+                                    seed=config.seed, consolidate_every=config.consolidate_every)
+        else:
+            self.policy = MFMPolicy(self.task, self.procedures, config.inspect_episodes, config.inspect_stride,
+                                    mode=config.mode, seed=config.seed)
         self.body: Recorder | None = None
         self.turn = 0
         self.deaths = 0
@@ -238,6 +250,8 @@ class Runner:
             reason = self.end_reason
         except (KeyboardInterrupt, RunStopped):
             status, reason = "interrupted", "stopped by the user"
+        except PolicyGaveUp as e:
+            status, reason = "interrupted", str(e)
         except BaseException as e:
             status, reason = "crashed", f"{type(e).__name__}: {e}"
             self.finish(status, reason)
@@ -277,7 +291,16 @@ class Runner:
         self.tools.begin_turn(turn, p.step, p.life)
         plan_before = [{"x": x, "y": y, "label": lab} for x, y, lab in self.tools.plan_targets()]
         last_id = self.writer.index.rows[-1].id if self.writer.index.rows else None
-        d = self.policy.decide(p, self.tools, last_id)
+        try:
+            d = self.policy.decide(p, self.tools, last_id)
+        except PolicyGaveUp as e:
+            self.writer.record_turn(TurnRow(
+                turn=turn, life=p.life, first_step=p.step, last_step=p.step, policy=self.policy.name,
+                calls=tuple(self.tools.calls), targets=(), plan_before=tuple(plan_before),
+                plan_after=tuple(plan_before), episodes=(), usage=self.policy.turn_usage,
+                latency_s=_rounded(self.policy.turn_latency), note=self.policy.state_block + f"\nno decision: {e}"))
+            self.turn += 1
+            raise
         if decision is not None:
             d = decision
         planned = {(t["x"], t["y"]) for t in plan_before}
@@ -302,7 +325,8 @@ class Runner:
         self.writer.record_turn(TurnRow(
             turn=turn, life=row.life, first_step=row.first_step, last_step=row.last_step, policy=self.policy.name,
             calls=tuple(self.tools.calls), targets=tuple(targets), plan_before=tuple(plan_before),
-            plan_after=tuple(plan_after), episodes=(row.id,), note=self.policy.state_block + f"\ndecision: {d.goal}"))
+            plan_after=tuple(plan_after), episodes=(row.id,), usage=self.policy.turn_usage,
+            latency_s=_rounded(self.policy.turn_latency), note=self.policy.state_block + f"\ndecision: {d.goal}"))
         self.turn += 1
         self.last_decision = d
         if self.progress:
@@ -421,6 +445,15 @@ class Runner:
         if not sys.stderr.isatty() and not force and now - self.started < 1:
             return
         print(line.ljust(78), end=end, file=sys.stderr, flush=True)
+
+
+def policy_name(config: RunConfig) -> str:
+    """The policy recorded in the manifest and in each turn."""
+    return MFMPolicy.name if config.llm is None else f"llm:{config.llm.model}"
+
+
+def _rounded(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
 
 
 def _state_line(p: Perception) -> str:

@@ -1,0 +1,109 @@
+"""Memory: the agent's ``mine/`` files as of any step, diffs between steps, each line's provenance.
+
+Files are rebuilt from the write history (memory_writes.jsonl). Markdown is rendered without
+raw HTML; procedure and other files are shown as text, never executed.
+"""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import ui
+from dashboard.core import parse_int, parse_range
+from loaders import analysis_views as av
+from loaders import views
+
+_, focus = ui.sidebar(("file", "asof", "diff"))
+key, run = ui.need_run(focus)
+st.title("Memory")
+st.caption(f"`{key}` · the agent's own files (`mine/`), rebuilt from the write log as they stood at any env step. "
+           "Markdown is rendered without raw HTML; procedures are shown as text and never run.")
+ui.show_problems(key, run)
+paths = av.memory_paths(run)
+if not paths:
+    st.info("This run wrote no memory file (methods without a file memory write none).")
+    st.stop()
+
+want = ui.qp("file")
+if want and want not in paths:
+    st.warning(f"File {want!r} from the URL was never written in {key}; showing {paths[0]}.")
+st.session_state["w_mem_file"] = want if want in paths else paths[0]
+st.selectbox("File", paths, key="w_mem_file", on_change=lambda: ui.set_qp(file=st.session_state["w_mem_file"],
+                                                                        asof=None, diff=None))
+path = st.session_state["w_mem_file"]
+if ui.qp("file") != path:
+    ui.set_qp(file=path)
+written = av.memory_steps(run, path)
+_, last = views.step_bounds(run)
+lo_s, hi_s = written[0], max(last, written[-1])
+asof = parse_int(ui.qp("asof"))
+asof = hi_s if asof is None else max(lo_s, min(hi_s, asof))
+st.session_state["w_mem_asof"] = asof
+if hi_s > lo_s:
+    st.slider("As of env step", lo_s, hi_s, key="w_mem_asof",
+              on_change=lambda: ui.set_qp(asof=st.session_state["w_mem_asof"]),
+              help=f"{len(written)} write(s) to this file, at steps {', '.join(map(str, written[:12]))}"
+                   + (" …" if len(written) > 12 else ""))
+asof = int(st.session_state["w_mem_asof"])
+text = run.memory_file(path, asof)
+version = sum(s <= asof for s in written)
+st.caption(f"`{path}` as of step {asof}: version {version} of {len(written)}"
+           + ("" if text is not None else " — deleted or not yet written at this step"))
+
+tab_view, tab_prov, tab_diff = st.tabs(["Content", "Provenance", "Diff"])
+with tab_view:
+    if text is None:
+        st.info("No content at this step.")
+    elif path.endswith(".md") and "/procedures/" not in path:
+        raw = st.toggle("Show source", value=False, key="w_mem_raw")
+        if raw:
+            st.code(text, language="markdown")
+        else:
+            with st.container(border=True):
+                st.markdown(text, unsafe_allow_html=False)
+    else:
+        st.code(text, language="json" if path.endswith(".json") else None)
+
+with tab_prov:
+    prov = av.memory_provenance(run, path, asof)
+    removed = int(prov["removed_at"].notna().sum()) if len(prov) else 0
+    st.caption(f"{len(prov)} line(s); {removed} of them removed or rewritten by a later write (column "
+               "*removed at*). Each line is attributed to the write that last set it.")
+    base = {"runs": ui.qp("runs") or key, "run": key}
+    prov["episode"] = ["timeline?" + urlencode({**base, "ep": s.split(", ")[0]}) if s else None
+                       for s in prov["sources"]]
+    st.dataframe(prov, hide_index=True, width="stretch", key="mem_prov",
+                 column_config={"text": st.column_config.TextColumn("line", width="large"),
+                                "removed_at": st.column_config.NumberColumn("removed at (step)"),
+                                "episode": st.column_config.LinkColumn("first source", display_text=r"ep=(ep_\d+)")})
+    srcs = list(dict.fromkeys(s for v in prov["sources"] for s in v.split(", ") if s)) if len(prov) else []
+    if srcs:
+        pick = st.selectbox("Source episode", srcs, key="w_mem_src")
+        st.page_link(ui.pages()["timeline"], label=f"Open {pick} in Timeline", icon=":material/view_timeline:",
+                     query_params=ui.link_params(ep=pick))
+    writes = run.memory_writes()
+    if len(writes):
+        mine = writes[(writes["path"] == path) & (writes["step"] <= asof)]
+        st.markdown("**Writes to this file up to this step**")
+        st.dataframe(pd.DataFrame({c: mine[c] for c in ("seq", "step", "turn", "op", "author", "reason")} |
+                                  {"sources": [", ".join(s) for s in mine["sources"]]}),
+                     hide_index=True, width="stretch", key="mem_writes")
+
+with tab_diff:
+    if len(written) < 2 and hi_s == lo_s:
+        st.info("Only one version of this file.")
+    else:
+        before = [s for s in written if s < asof]
+        rng = parse_range(ui.qp("diff")) or (before[-1] if before else lo_s, asof)
+        rng = (max(lo_s, min(hi_s, rng[0])), max(lo_s, min(hi_s, rng[1])))
+        st.session_state["w_mem_diff"] = rng
+        st.slider("Compare steps", lo_s, max(hi_s, lo_s + 1), key="w_mem_diff",
+                  on_change=lambda: ui.set_qp(diff="{}-{}".format(*st.session_state["w_mem_diff"])))
+        a, b = st.session_state["w_mem_diff"]
+        diff = av.memory_diff(run, path, int(a), int(b))
+        if diff:
+            st.code(diff, language="diff")
+        else:
+            st.caption(f"No change between steps {a} and {b}.")

@@ -1,0 +1,52 @@
+"""Progress: milestones against env step per method (seeds as a band), milestones mean ± std over
+seeds, and how far back retrieval reaches."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, figures, ui
+from loaders import analysis
+from loaders import analysis_views as av
+from loaders import views
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _progress(keys: tuple[str, ...], paths: tuple[str, ...], sigs: tuple
+              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    runs = [ui.get_run(Path(p)) for p in paths]
+    bands = av.seed_bands([(av.method_of(r), av.seed_of(r), av.milestone_curve(r)) for r in runs], "milestones",
+                          points=400, hold=True)
+    ms = av.measures(list(zip(keys, runs)))
+    firsts = views.milestone_steps(runs, ui.root())
+    return bands, av.milestone_summary(ms), analysis.reach_table(ms), firsts
+
+
+runs, _ = ui.sidebar(())
+if not runs:
+    ui.need_run(None)
+st.title("Progress")
+st.caption("Milestones reached against env step: one line per method (the mean over its seeds), the band spans "
+           "its seeds. A finished run keeps its final count.")
+bands, table, reach, firsts = _progress(tuple(k for k, _ in runs), tuple(str(r.path) for _, r in runs),
+                                        tuple(r.signature for _, r in runs))
+st.plotly_chart(charts.band_figure(bands, "milestones reached"), width="stretch", key="progress_chart")
+ui.figure_downloads(lambda: figures.progress_figure(runs), "progress", "double")
+st.subheader("Milestones per method (mean ± std over seeds)")
+st.dataframe(table, hide_index=True, width="stretch", key="progress_table")
+if len(firsts):
+    with st.expander("When each run first reached each milestone"):
+        wide = firsts.pivot_table(index="milestone", columns="run", values="step", aggfunc="min")
+        order = firsts.drop_duplicates("milestone").set_index("milestone")["order"].sort_values()
+        st.dataframe(wide.reindex(order.index), width="stretch", key="progress_firsts")
+st.subheader("Reach: age of retrieved episodes")
+st.caption("For every episode a search returned or an inspection opened: the turn's first step minus the "
+           "episode's last step, pooled over seeds. *over_1000*: the share older than 1,000 env steps.")
+if len(reach):
+    st.dataframe(reach, hide_index=True, width="stretch", key="progress_reach",
+                 column_config={"over_1000": st.column_config.NumberColumn("older than 1,000 steps",
+                                                                           format="percent")})
+else:
+    st.info("No open run retrieved an episode (no search or inspection calls).")
