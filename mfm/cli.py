@@ -146,6 +146,19 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0 if text.strip() else 1
 
 
+def cmd_figures(args: argparse.Namespace) -> int:
+    """Write the standard paper figures (SVG, PDF, PNG and a JSON manifest each)."""
+    from dashboard.figures import write_figures
+
+    try:
+        written = write_figures(args.paths, args.out, args.window)
+    except ValueError as e:
+        print(f"mfm figures: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(map(str, written)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mfm", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -159,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("src", help="the run to read (folder, data.json export folder, or .npz/recorder folder)")
     i.add_argument("dest", help="a new folder to write")
     i.set_defaults(func=cmd_import)
+
+    fg = sub.add_parser("figures", help="write the standard paper figures for runs or runs roots")
+    fg.add_argument("paths", nargs="+", help="run directories or roots holding runs")
+    fg.add_argument("--out", required=True, help="folder for the SVG/PDF/PNG files and their manifests")
+    fg.add_argument("--window", type=int, default=25, help="rolling window (turns) for steps per turn")
+    fg.set_defaults(func=cmd_figures)
 
     d = sub.add_parser("dashboard", help="start the dashboard")
     d.add_argument("root", nargs="?", default="sample_runs", help="runs root (default: sample_runs)")

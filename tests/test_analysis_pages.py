@@ -293,3 +293,13 @@ def test_sql_page_reads_and_refuses_files(root: Path, tmp_path: Path) -> None:
     assert at.query_params["q"] == f"COPY turns TO '{target}'"
     at.text_area(key="w_sql").set_value("SELECT * FROM read_csv('/etc/passwd')").run()
     assert at.error and not any("root:" in d.value.to_string() for d in at.dataframe)
+
+
+def test_mfm_figures_command_writes_files(tmp_path):
+    from conftest import write_run
+    from mfm.cli import main
+
+    write_run(tmp_path / "runs" / "r", episodes=4)
+    assert main(["figures", str(tmp_path / "runs"), "--out", str(tmp_path / "figs")]) == 0
+    assert list((tmp_path / "figs").rglob("*.svg")) and list((tmp_path / "figs").rglob("*.pdf"))
+    assert main(["figures", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")]) == 2
