@@ -685,33 +685,26 @@ class MFMPolicy:
         for name, items in by_name.items():
             for _, key in sorted(items)[RESOURCE_CAP.get(name, 8):]:
                 new.append(Fact(key, facts[key].text, retract=True))
-        targets = []
-        if last is not None:
-            targets += [Target(x, y, last.goal) for _, x, y in last.targets]
+        plan = self._plan(p, facts, last.targets if last is not None else (), last.goal if last else "start")
+        tools.consolidate(new, plan, reason)
+
+    def _plan(self, p: Perception, facts: dict[str, Fact], targets, goal: str) -> WorkingPlan:
+        """working.md: the decision's targets, then the nearest known diamond, iron, coal, water."""
+        plan_targets = [Target(x, y, goal) for _, x, y in targets]
         for name in ("diamond", "iron", "coal", "water"):
             for c in sorted(self.known(facts, "res", name), key=lambda c: l1(c, p.pos))[:1]:
-                targets.append(Target(c[0], c[1], f"{name} known"))
+                plan_targets.append(Target(c[0], c[1], f"{name} known"))
         nxt = next((m for m in self.task.milestones if m not in p.achievements), None)
-        plan = WorkingPlan(goal=f"{self.task.name}: next milestone {nxt or 'none (all reached)'}",
-                           targets=tuple(dict.fromkeys(targets))[:6],
-                           prediction=f"{last.goal if last else 'start'}; expect {nxt or 'nothing new'} next",
+        return WorkingPlan(goal=f"{self.task.name}: next milestone {nxt or 'none (all reached)'}",
+                           targets=tuple(dict.fromkeys(plan_targets))[:6],
+                           prediction=f"{goal}; expect {nxt or 'nothing new'} next",
                            contradictions=tuple(self.contradictions))
-        tools.consolidate(new, plan, reason)
 
     def update_plan(self, p: Perception, d: Decision, tools: MemoryTools) -> None:
         """Keep working.md's targets in step with the decision just taken."""
         if not self.mode.notes:
             return
-        facts = tools.facts()
-        targets = [Target(x, y, d.goal) for _, x, y in d.targets]
-        for name in ("diamond", "iron", "coal", "water"):
-            for c in sorted(self.known(facts, "res", name), key=lambda c: l1(c, p.pos))[:1]:
-                targets.append(Target(c[0], c[1], f"{name} known"))
-        nxt = next((m for m in self.task.milestones if m not in p.achievements), None)
-        plan = WorkingPlan(goal=f"{self.task.name}: next milestone {nxt or 'none (all reached)'}",
-                           targets=tuple(dict.fromkeys(targets))[:6],
-                           prediction=f"{d.goal}; expect {nxt or 'nothing new'} next",
-                           contradictions=tuple(self.contradictions))
+        plan = self._plan(p, tools.facts(), d.targets, d.goal)
         if tools.writer.memory.read(WORKING) != plan.render():
             tools.write(WORKING, plan.render(), reason=f"plan: {d.goal}")
 
