@@ -49,6 +49,8 @@ TABLE_NAMES = {
     "milestones.jsonl": "milestones", "lives.jsonl": "lives", "memory_writes.jsonl": "memory_writes",
 }
 
+FILE_OF = {v: k for k, v in TABLE_NAMES.items()}
+
 
 def signature(run_dir: Path) -> tuple:
     """Sizes and modification times of a run's files: changes whenever the run is written."""
@@ -157,7 +159,7 @@ class Run:
         """A table by its view name (episodes, steps, turns, grid, milestones, lives, memory_writes)."""
         with self._lock:
             if name not in self._frames:
-                file = {v: k for k, v in TABLE_NAMES.items()}[name]
+                file = FILE_OF[name]
                 fast = self._c.columns.get(file)
                 df = fast.copy() if fast is not None else _frame(self.records(file), TABLES[file])
                 if name == "grid" and len(df):

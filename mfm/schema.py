@@ -41,11 +41,6 @@ def episode_id(n: int) -> str:
     return f"ep_{n:06d}"
 
 
-def episode_number(ep_id: str) -> int:
-    """Inverse of :func:`episode_id`."""
-    return int(ep_id[3:])
-
-
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One thing wrong with a run, located by file and line (line 0: the whole file)."""

@@ -16,6 +16,7 @@ import pandas as pd
 
 from mfm.fastread import read_columns
 from mfm.memory.agent_memory import apply_diff, sha256
+from mfm.memory.retrieval import FrameError, read_png
 from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, MemoryWrite, Problem, RunManifest,
                         StepRow, frame_chunk, read_manifest, read_table)
 
@@ -221,8 +222,6 @@ def validate(run_dir: Path, frames: bool = False) -> RunContents:
 
 
 def _check_strip(c: RunContents, run_dir: Path, p: Path, n: int, r: IndexRow, k: int) -> None:
-    from mfm.memory.retrieval import FrameError, read_png
-
     try:
         strip = read_png(p)
     except FrameError as e:

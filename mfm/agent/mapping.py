@@ -19,7 +19,6 @@ WALKABLE = frozenset({"grass", "sand", "path"})
 OBJECTS = frozenset({"cow", "zombie", "skeleton", "arrow", "plant", "player"})
 MINE_TOOL = {"stone": "wood_pickaxe", "coal": "wood_pickaxe", "iron": "stone_pickaxe",
              "diamond": "iron_pickaxe"}
-BLOCKING = frozenset({"water", "tree", "table", "furnace", "lava", "outside", "blocked"})
 DIRS: dict[str, tuple[int, int]] = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 MOVE_OF = {v: f"move_{k}" for k, v in DIRS.items()}
 
@@ -165,13 +164,3 @@ def path_to(nav: NavMap, start: Cell, target: Cell, tools: set[str], dig: bool,
             return l1(c, target)
     return plan(nav, start, goal, h, tools, dig)
 
-
-def seen_cells(grid: SpatialGrid) -> set[Cell]:
-    """Cells that were inside the 9x7 view from some cell the grid says the agent stood on."""
-    out: set[Cell] = set()
-    stood = {(r.cell[0], r.cell[1]) for r in grid.rows if r.kind in ("walked", "opened")}
-    for x, y in stood:
-        for dx in range(-4, 5):
-            for dy in range(-3, 4):
-                out.add((x + dx, y + dy))
-    return out

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-GUIDE_FILES = ("mine/GUIDE.md", "mine/working.md")
 
 
 @dataclass(frozen=True)

@@ -424,7 +424,7 @@ class MFMPolicy:
         self._update_seen(tools)
         facts = self.knowledge(p, tools)
         self.state_block = self.build_state(p, tools, facts)
-        inv, v = p.inventory, p.vitals
+        v = p.vitals
         if self.idle >= 3:
             self.idle = 0
             direction = ("left", "up", "right", "down")[p.step % 4]
@@ -630,7 +630,7 @@ class MFMPolicy:
             return
         if len(self.recent) < 2 or not result.ok:
             return
-        (_, n1, a1, l1_, e1), (_, n2, a2, l2, e2) = list(self.recent)[-2:]
+        (_, n1, a1, l1_, e1), (_, n2, _, l2, e2) = list(self.recent)[-2:]
         if l1_ != "done" or l2 != "done":
             return
         if n1 == "place" and a1.get("item") == "table" and n2 == "craft" and pm.load("table_tool") is None:

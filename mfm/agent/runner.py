@@ -64,10 +64,6 @@ class Recorder:
         self.death: tuple[str, tuple[int, int]] | None = None
         self.damage = 0
 
-    @property
-    def steps_used(self) -> int:
-        return self.perception.step
-
     def begin(self, rec: Any, turn: int | None) -> None:
         """Start recording into a new episode."""
         self.rec, self.turn = rec, turn
@@ -211,7 +207,6 @@ class Runner:
         self.deaths = 0
         self.started = time.monotonic()
         self.episodes_since_consolidation = 0
-        self.last_decision: Decision | None = None
         self.status: str | None = None
         self.end_reason: str | None = None
         self._last_progress = 0.0
@@ -328,7 +323,6 @@ class Runner:
             plan_after=tuple(plan_after), episodes=(row.id,), usage=self.policy.turn_usage,
             latency_s=_rounded(self.policy.turn_latency), note=self.policy.state_block + f"\ndecision: {d.goal}"))
         self.turn += 1
-        self.last_decision = d
         if self.progress:
             self._progress()
         return row

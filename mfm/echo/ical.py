@@ -26,7 +26,6 @@ STATIONS = ("table", "furnace", "water", "lava", "grass", "sand", "tree", "stone
 ROLES = {"pickaxe": "tool", "sword": "weapon", "table": "station", "furnace": "station", "plant": "food",
          "sapling": "seed", "cow": "food", "drink": "drink", "wood": "material", "stone": "material",
          "coal": "material", "iron": "material", "diamond": "material", "zombie": "enemy", "skeleton": "enemy"}
-VERBS = ("make", "place", "collect", "defeat", "eat")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from crafter import constants, engine
 from PIL import Image, ImageEnhance
 
 GRID_COLS, GRID_ROWS = 9, 7
-ITEM_ROWS = 2
 OUTSIDE = "outside"
 OUTSIDE_GREY = 127.0
 

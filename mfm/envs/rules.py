@@ -34,11 +34,6 @@ def load_rules() -> dict[str, Any]:
     return _read_json("rules.json")
 
 
-def task_names() -> tuple[str, ...]:
-    """Names of the tasks defined in ``tasks.json``."""
-    return tuple(_read_json("tasks.json"))
-
-
 def load_task(name: str) -> Task:
     """Load the task called ``name`` (``"diamond"`` or ``"all"``)."""
     tasks = _read_json("tasks.json")

@@ -43,7 +43,6 @@ class RunWriter:
         self._turns = AppendLog(run_dir / "turns.jsonl", fsync)
         self._milestones = AppendLog(run_dir / "milestones.jsonl", fsync)
         self._lives = AppendLog(run_dir / "lives.jsonl", fsync)
-        self._log_lines: list[str] = []
         self._actions = 0
 
     def _write_manifest(self) -> None:
