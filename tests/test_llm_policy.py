@@ -18,6 +18,7 @@ from mfm.agent import RunConfig, Runner
 from mfm.agent.atoms import ATOMS
 from mfm.agent.config import LLMConfig
 from mfm.agent.llm import LLMUnavailable, make_client
+from mfm.agent.policy import Decision
 from mfm.cli import main
 from mfm.validate import validate
 
@@ -41,8 +42,10 @@ def turn_script(k: int) -> list[str]:
 class ScriptedModel:
     """A deterministic 'model': a per-turn script of tool calls, failures and simple rules."""
 
-    def __init__(self, script: bool = True, always_fail: int | None = None) -> None:
+    def __init__(self, script: bool = True, always_fail: int | None = None,
+                 turns: dict[int, list[str]] | None = None) -> None:
         self.script = script
+        self.scripted_turns = turns
         self.always_fail = always_fail
         self.requests: list[dict[str, Any]] = []
         self.turn_key: str | None = None
@@ -65,7 +68,10 @@ class ScriptedModel:
         if messages[1]["content"] != self.turn_key:
             self.turn_key = messages[1]["content"]
             self.turns += 1
-            self.queue = turn_script(self.turns) if self.script else ["act"]
+            if self.scripted_turns is not None:
+                self.queue = self.scripted_turns.get(self.turns, ["act"])
+            else:
+                self.queue = turn_script(self.turns) if self.script else ["act"]
         item = self.queue.pop(0) if len(self.queue) > 1 else self.queue[0]
         offered = {t["function"]["name"] for t in body["tools"]}
         state = messages[1]["content"]
@@ -83,6 +89,10 @@ class ScriptedModel:
             return 200, self.call("explore", '{"x": 3, "y": ', raw=True), 0.0
         if item == "unknown_tool":
             return 200, self.call("teleport", {"x": 0, "y": 0}), 0.0
+        if item == "grep":
+            return 200, self.call("grep", {"pattern": "tree|grass", "limit": 5}), 0.0
+        if item == "bad_grep":
+            return 200, self.call("grep", {"pattern": "(unclosed"}), 0.0
         if item == "search":
             return 200, self.call("search", {"since_step": 0, "limit": 3}), 0.0
         if item == "inspect":
@@ -295,3 +305,39 @@ def test_missing_openai_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "openai", None)
     with pytest.raises(LLMUnavailable, match=r'pip install -e "\.\[llm\]"'):
         make_client(LLMConfig(model="m", base_url="http://127.0.0.1:9/v1"))
+
+
+def test_pro_long_model_greps_its_text_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    model = ScriptedModel(turns={3: ["grep", "act"], 4: ["bad_grep", "act"]})
+    server, url = serve(model)
+    try:
+        out = tmp_path / "run"
+        Runner(RunConfig(seed=0, steps=80, out=out, method="pro-long", llm=llm(url)), command="test").run()
+    finally:
+        server.shutdown()
+        server.server_close()
+    offered = {t["function"]["name"] for t in model.requests[0]["tools"]}
+    assert "grep" in offered and not offered & {"search", "inspect", "consolidate"}
+    assert not validate(out).errors
+    turns = lines(out / "turns.jsonl")
+    greps = [c for c in turns[3]["calls"] if c["tool"] == "search"]
+    assert greps and greps[0]["args"]["grep"] == "tree|grass" and greps[0]["args"]["file"] == "logs.txt"
+    answers = [json.loads(m["content"]) for r in model.requests for m in r["messages"]
+               if m["role"] == "tool" and '"matches"' in str(m["content"])]
+    assert answers and answers[0]["matches"] == greps[0]["result"]["lines"] > 0
+    assert all(re.search("tree|grass", ln["text"]) for ln in answers[0]["lines"])
+    bad = [c["result"] for c in turns[4]["calls"] if c["tool"] == "model"]
+    assert any("not a regular expression" in str(r.get("failure")) for r in bad)
+
+
+def test_outside_decision_makes_no_model_request(endpoint: tuple[ScriptedModel, str], tmp_path: Path) -> None:
+    model, url = endpoint
+    runner = Runner(RunConfig(seed=0, steps=100, out=tmp_path / "run", llm=llm(url)), command="test")
+    runner.start()
+    before = len(model.requests)
+    runner.run_turn(Decision("atom", "face", {"direction": "left"}, "outside controller"))
+    assert len(model.requests) == before
+    turn = lines(tmp_path / "run" / "turns.jsonl")[-1]
+    assert turn["usage"]["requests"] == 0 and "outside controller" in turn["note"]
+    assert "[" in runner.policy.state_block

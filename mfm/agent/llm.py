@@ -23,6 +23,7 @@ import inspect as pyinspect
 import io
 import json
 import os
+import re
 import time
 from collections import deque
 from dataclasses import replace
@@ -48,6 +49,7 @@ from mfm.schema import IndexRow
 INSTALL_HINT = 'pip install -e ".[llm]"  (or: pip install "openai>=1.40")'
 IMAGE_TOKENS = 300
 RESULT_CHARS = 3000
+GREP_MAX_PATTERN = 200
 FATAL_STATUS = (401, 403, 404)
 VIEW_KINDS = ("water", "tree", "stone", "coal", "iron", "diamond", "lava", "table", "furnace", "cow", "zombie",
               "skeleton", "sapling", "plant")
@@ -229,14 +231,19 @@ class LLMPolicy(MFMPolicy):
         return [{"role": "system", "content": self.system}, {"role": "user", "content": "\n\n".join(blocks)}], dropped
 
     # -- deciding -----------------------------------------------------------------------------
-    def decide(self, p: Perception, tools: MemoryTools, source: str | None) -> Decision:
-        """Ask the model until it names one valid action; memory tool calls run on the way."""
+    def observe(self, p: Perception, tools: MemoryTools) -> dict[str, Fact]:
+        """The state block (with the view as text) and fresh per-turn usage; no request is made."""
         self._update_seen(tools)
         facts = self.knowledge(p, tools)
         self.state_block = self.build_state(p, tools, facts) + "\n" + view_block(p)
         self.turn_usage = {"requests": 0, "failures": 0, "prompt_tokens": 0, "completion_tokens": 0,
                            "total_tokens": 0, "cost_usd": 0.0, "estimated": False}
         self.turn_latency = 0.0
+        return facts
+
+    def decide(self, p: Perception, tools: MemoryTools, source: str | None) -> Decision:
+        """Ask the model until it names one valid action; memory tool calls run on the way."""
+        self.observe(p, tools)
         messages, dropped = self.prompt(tools)
         self.totals["trimmed_turns"] = max(self.totals["trimmed_turns"], dropped)
         rounds = 0
@@ -389,6 +396,8 @@ class LLMPolicy(MFMPolicy):
             return self._action(name, args)
         if name == "search":
             return self._search(args, tools)
+        if name == "grep":
+            return self._grep(args, tools)
         if name == "inspect":
             return self._inspect(args, tools, images)
         if name == "read_file":
@@ -431,6 +440,19 @@ class LLMPolicy(MFMPolicy):
         rows = tools.search(**pred)
         return {"episodes": [{"id": r.id, "turn": r.turn, "steps": [r.first_step, r.last_step], "x": r.x, "y": r.y,
                               "frames": r.frames, "summary": r.summary[:160]} for r in rows]}
+
+    def _grep(self, args: dict[str, Any], tools: MemoryTools) -> dict[str, Any]:
+        pattern = args["pattern"]
+        if len(pattern) > GREP_MAX_PATTERN:
+            raise ArgumentError(f"grep.pattern: at most {GREP_MAX_PATTERN} characters")
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ArgumentError(f"grep.pattern is not a regular expression: {e}") from None
+        hits = tools.grep(pattern, int(args.get("since_step", 0)))
+        limit = max(1, min(int(args.get("limit", 20)), 50))
+        return {"matches": len(hits), "lines": [{"episode": h.episode, "step": h.step, "text": h.text[:160]}
+                                                for h in hits[-limit:][::-1]]}
 
     def _inspect(self, args: dict[str, Any], tools: MemoryTools, images: list[dict[str, Any]]) -> dict[str, Any]:
         ref: IndexRow | None = tools.writer.index.get(args["episode"])

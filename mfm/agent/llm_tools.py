@@ -67,6 +67,11 @@ MEMORY_PARAMS: dict[str, dict[str, Any]] = {
         "tags": {"type": "array", "items": {"type": "string"}},
         "outcome": {"type": "string", "enum": ["done", "failed", "interrupted"]},
         "limit": {**INT, "description": "at most this many episodes, newest first (default 8)"}}, "required": []},
+    "grep": {"type": "object", "additionalProperties": False, "properties": {
+        "pattern": {"type": "string", "description": "a regular expression, e.g. 'diamond|iron'"},
+        "since_step": {**INT, "description": "only sections ending at or after this env step"},
+        "limit": {**INT, "description": "at most this many lines, newest first (default 20)"}},
+        "required": ["pattern"]},
     "inspect": {"type": "object", "additionalProperties": False, "properties": {
         "episode": {"type": "string", "description": "an episode id from search, e.g. ep_000012"},
         "frame": {**INT, "description": "frame index within the episode; -1 (default) is its last frame"}},
@@ -95,6 +100,8 @@ MEMORY_PARAMS: dict[str, dict[str, Any]] = {
 }
 MEMORY_HELP = {
     "search": "Search the episode index (every past episode: summary, events, tags, position). Returns episode ids.",
+    "grep": "Search my text log (logs.txt: every past episode's observations as text) with a regular "
+            "expression. Returns matching lines with their episode and env step.",
     "inspect": "Look at a stored frame of an episode: the decoded 9x7 tiles with world coordinates, and the image.",
     "read_file": "Read one of my files under mine/ (GUIDE.md knowledge, working.md plan, procedures/*.json).",
     "write_file": "Write a file under mine/ with a reason. A procedure (mine/procedures/NAME.json) is JSON: "
@@ -116,6 +123,8 @@ def memory_tool_names(mode: MemoryMode) -> list[str]:
     names = []
     if mode.search == "index":
         names.append("search")
+    elif mode.search == "log":
+        names.append("grep")
     if mode.frames is not None:
         names.append("inspect")
     if mode.notes or mode.procedures:

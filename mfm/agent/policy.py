@@ -415,8 +415,8 @@ class MFMPolicy:
                 todo.append(n)
         return True
 
-    def decide(self, p: Perception, tools: MemoryTools, source: str | None) -> Decision:
-        """One decision from the perception and what memory returns."""
+    def observe(self, p: Perception, tools: MemoryTools) -> dict[str, Fact]:
+        """Take in the perception and memory at the start of a turn (the state block); the facts known."""
         if not self.mode.in_head:
             self.recent.clear()
             self.failed.clear()
@@ -424,6 +424,11 @@ class MFMPolicy:
         self._update_seen(tools)
         facts = self.knowledge(p, tools)
         self.state_block = self.build_state(p, tools, facts)
+        return facts
+
+    def decide(self, p: Perception, tools: MemoryTools, source: str | None) -> Decision:
+        """One decision from the perception and what memory returns."""
+        facts = self.observe(p, tools)
         v = p.vitals
         if self.idle >= 3:
             self.idle = 0

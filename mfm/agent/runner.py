@@ -287,7 +287,11 @@ class Runner:
         plan_before = [{"x": x, "y": y, "label": lab} for x, y, lab in self.tools.plan_targets()]
         last_id = self.writer.index.rows[-1].id if self.writer.index.rows else None
         try:
-            d = self.policy.decide(p, self.tools, last_id)
+            if decision is None:
+                d = self.policy.decide(p, self.tools, last_id)
+            else:
+                self.policy.observe(p, self.tools)
+                d = decision
         except PolicyGaveUp as e:
             self.writer.record_turn(TurnRow(
                 turn=turn, life=p.life, first_step=p.step, last_step=p.step, policy=self.policy.name,
@@ -296,8 +300,6 @@ class Runner:
                 latency_s=_rounded(self.policy.turn_latency), note=self.policy.state_block + f"\nno decision: {e}"))
             self.turn += 1
             raise
-        if decision is not None:
-            d = decision
         planned = {(t["x"], t["y"]) for t in plan_before}
         targets = [{"kind": k, "x": x, "y": y, "in_plan": (x, y) in planned} for k, x, y in d.targets]
         row, result, died = self._execute(d, turn)
