@@ -3,15 +3,22 @@ baseline measured in the same run and the ratio between them.
 
     python -m bench.bench --run DIR          # an existing 36k-step run (python -m bench.synth DIR)
     python -m bench.bench --smoke            # small sizes, generated in a temp folder (CI)
+    python -m bench.bench --run DIR --only open,pages
 
-Figures: (1) open a run and build every table, cold and warm, against pandas
-``read_json(lines=True)`` of the same files; (3) random frame fetch latency against decoding
-a single-frame PNG per step; (4) index queries at N episodes, p50 and p95; (5) recording
-overhead, steps/s with and without the memory core; (6) storage bytes per step.
+Figures: (1) open a run and build every table and its problem list, cold (fresh process,
+imports excluded) and warm, against pandas ``read_json(lines=True)`` of the same files;
+(2) the runs table and milestones summary over a sweep of hard-linked copies of the run,
+and the Runs page on it (AppTest), with peak memory; (3) random frame fetch latency against
+decoding a single-frame PNG per step; (4) index queries at N episodes, p50 and p95;
+(5) recording overhead: the scripted agent (``mfm run``) with recording on against a
+no-op recorder (``bench.nullrec``), several interleaved repeats, and the bytes per step
+it stores; (6) storage bytes per step of the run; (7) each dashboard page's script time
+on the run (AppTest, fresh process per page), cold and warm, with peak memory.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -24,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 TABLES = ("episodes", "steps", "turns", "grid", "milestones", "lives", "memory_writes")
+GROUPS = ("open", "sweep", "frames", "index", "recording", "storage", "pages")
 
 
 def _timed(fn, repeat: int = 1) -> float:
@@ -38,9 +46,11 @@ def _timed(fn, repeat: int = 1) -> float:
 def bench_open(run: Path) -> dict:
     """(1) Cold open in a fresh process (imports excluded), warm open, and the naive baseline."""
     code = ("import time,sys; from loaders import open_run; t=time.perf_counter(); r=open_run(sys.argv[1]); "
-            f"[r.table(n) for n in {TABLES!r}]; r.sql('select count(*) from steps').fetchall(); "
+            f"[r.table(n) for n in {TABLES!r}]; r.sql('select count(*) from steps').fetchall(); len(r.problems); "
             "print(time.perf_counter()-t)")
-    cold = min(float(subprocess.check_output([sys.executable, "-c", code, str(run)], text=True)) for _ in range(3))
+    colds = sorted(float(subprocess.check_output([sys.executable, "-c", code, str(run)], text=True))
+                   for _ in range(5))
+    cold = statistics.median(colds)
     from loaders import open_run
 
     open_run(run)
@@ -53,7 +63,8 @@ def bench_open(run: Path) -> dict:
                 pd.read_json(f, lines=True)
 
     base = _timed(naive, repeat=3)
-    return {"open_cold_s": cold, "open_warm_s": warm, "naive_read_json_s": base, "speedup_cold": base / cold}
+    return {"open_cold_median_s": cold, "open_cold_min_s": colds[0], "open_cold_max_s": colds[-1],
+            "open_warm_s": warm, "naive_read_json_s": base, "speedup_cold": base / cold}
 
 
 def bench_frames(run: Path, n: int = 300) -> dict:
@@ -126,26 +137,36 @@ def bench_index(n: int = 100_000, queries: int = 200) -> dict:
             "query_p95_ms": 1000 * float(np.percentile(lat, 95)), "naive_scan_ms": 1000 * naive}
 
 
-def bench_recording(steps: int = 3000) -> dict:
-    """(5) Steps/s of a random walk in the real game, without and with the memory core."""
-    from bench.synth import make_run
-    from mfm.envs import CrafterHarness
+def bench_recording(steps: int = 3000, repeats: int = 5) -> dict:
+    """(5) Steps/s of the scripted agent with recording on and through the no-op recorder,
+    ``repeats`` interleaved pairs after one warm-up pair; median and spread of the overhead,
+    in wall time and in CPU time of the process (all threads: the encoder thread's work
+    counts even when a spare core hides it; less disturbed by other load on the machine)."""
+    from bench.nullrec import play
 
-    def play() -> None:
-        env = CrafterHarness(0)
-        env.reset()
-        rng = np.random.default_rng(0)
-        for _ in range(steps):
-            if env.step(("move_left", "move_right", "move_up", "move_down")[int(rng.integers(0, 4))]).died:
-                env.respawn()
-
-    off = _timed(play)
     tmp = Path(tempfile.mkdtemp())
-    on = _timed(lambda: make_run(tmp / "r", steps=steps, seed=0, task="diamond"))
-    size = _dir_bytes(tmp / "r")
+    on, off, over, over_cpu = [], [], [], []
+    played = None
+    for i in range(repeats + 1):
+        t_off, cpu_off, n, s_off = play(tmp / f"off{i}", steps, 0, on=False)
+        t_on, cpu_on, n_on, s_on = play(tmp / f"on{i}", steps, 0, on=True)
+        if (n, s_off) != (n_on, s_on):
+            raise AssertionError(f"the two modes played differently: {s_off} vs {s_on}")
+        played = n
+        if i:
+            off.append(n / t_off)
+            on.append(n / t_on)
+            over.append(100 * (t_on - t_off) / t_off)
+            over_cpu.append(100 * (cpu_on - cpu_off) / cpu_off)
+    size, _ = _dir_bytes(tmp / f"on{repeats}")
+    frames = sum(p.stat().st_size for p in (tmp / f"on{repeats}").glob("episodes/*/frames/*"))
     shutil.rmtree(tmp)
-    return {"steps": steps, "steps_per_s_off": steps / off, "steps_per_s_on": steps / on,
-            "overhead_pct": 100 * (on - off) / off, "bytes_per_step_small_run": size[0] / steps}
+    return {"steps": played, "repeats": repeats, "steps_per_s_off_median": statistics.median(off),
+            "steps_per_s_on_median": statistics.median(on), "overhead_pct_median": statistics.median(over),
+            "overhead_pct_min": min(over), "overhead_pct_max": max(over),
+            "cpu_overhead_pct_median": statistics.median(over_cpu), "cpu_overhead_pct_min": min(over_cpu),
+            "cpu_overhead_pct_max": max(over_cpu),
+            "agent_bytes_per_step": size / played, "agent_frame_bytes_per_step": frames / played}
 
 
 def _dir_bytes(d: Path) -> tuple[int, int]:
@@ -171,11 +192,99 @@ def bench_storage(run: Path) -> dict:
             "frame_bytes_per_step": frames / steps}
 
 
+def make_sweep(run: Path, out: Path, n: int) -> Path:
+    """``n`` hard-linked copies of ``run`` under ``out``, each with its own manifest (run id,
+    method, seed), as a sweep of runs looks to the dashboard."""
+    from mfm.schema import MANIFEST
+
+    methods = ("direct", "pro-long", "vista", "mfm")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((run / MANIFEST).read_text(encoding="utf-8"))
+    for i in range(n):
+        d = out / f"run_{i:02d}"
+        shutil.copytree(run, d, copy_function=os.link, ignore=shutil.ignore_patterns(MANIFEST))
+        m = dict(manifest, run_id=d.name, method=methods[i % 4], seed=i)
+        (d / MANIFEST).write_text(json.dumps(m) + "\n", encoding="utf-8")
+    return out
+
+
+def _fresh(code: str, *args: str) -> dict:
+    """Run ``code`` in a fresh interpreter (cwd: the repository); it prints one JSON object."""
+    repo = Path(__file__).resolve().parent.parent
+    return json.loads(subprocess.check_output([sys.executable, "-c", code, *args], text=True, cwd=repo,
+                                              stderr=subprocess.DEVNULL).strip().splitlines()[-1])
+
+
+SWEEP_CODE = """
+import json, sys, time
+from pathlib import Path
+from bench.apptimes import peak_rss_mb
+from loaders import open_runs
+from loaders.views import milestone_steps, runs_overview
+root = Path(sys.argv[1])
+t = time.perf_counter()
+runs = open_runs(root)
+table = runs_overview(runs, root, check=sys.argv[2] == "check")
+ms = milestone_steps(runs, root)
+print(json.dumps({"s": time.perf_counter() - t, "runs": len(table), "milestone_rows": len(ms),
+                  "rss_mb": peak_rss_mb()}))
+"""
+
+
+def bench_sweep(run: Path, n: int, check: bool) -> dict:
+    """(2) The Runs page's tables over ``n`` copies of the run: manifests only (what the page
+    does), every run read (``check``: the damage check on request), and the page itself."""
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        root = make_sweep(run, tmp / "sweep", n)
+        quick = _fresh(SWEEP_CODE, str(root), "quick")
+        out = {"runs": quick["runs"], "runs_table_milestones_s": quick["s"], "loaders_peak_rss_mb": quick["rss_mb"]}
+        page = _fresh("import sys, json; from bench.apptimes import page_times; "
+                      "print(json.dumps(page_times(__import__('pathlib').Path(sys.argv[1]), 'runs', [])))", str(root))
+        out.update({"runs_page_cold_s": page["cold_s"], "runs_page_warm_s": page["warm_s"],
+                    "runs_page_peak_rss_mb": page["peak_rss_mb"], "runs_page_errors": len(page["errors"])})
+        if check:
+            full = _fresh(SWEEP_CODE, str(root), "check")
+            out.update({"every_run_read_s": full["s"], "every_run_read_peak_rss_mb": full["rss_mb"]})
+        return out
+    finally:
+        shutil.rmtree(tmp)
+
+
+def bench_pages(run: Path) -> dict:
+    """(7) Each page's script time on ``run`` through AppTest, one fresh process per page."""
+    from dashboard.ui import PAGE_SPECS
+
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        shutil.copytree(run, tmp / run.name, copy_function=os.link)
+        out: dict = {}
+        for page in PAGE_SPECS:
+            r = _fresh("import sys, json; from pathlib import Path; from bench.apptimes import page_times; "
+                       "print(json.dumps(page_times(Path(sys.argv[1]), sys.argv[2], sys.argv[3:])))",
+                       str(tmp), page, run.name)
+            out[f"{page}_cold_s"] = r["cold_s"]
+            out[f"{page}_warm_s"] = r["warm_s"]
+            out[f"{page}_peak_rss_mb"] = r["peak_rss_mb"]
+            if r["errors"]:
+                out[f"{page}_errors"] = "; ".join(r["errors"])[:200]
+        return out
+    finally:
+        shutil.rmtree(tmp)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", type=Path, help="a large run to measure (see bench.synth)")
     p.add_argument("--smoke", action="store_true", help="small sizes, for CI")
+    p.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated groups of {', '.join(GROUPS)}")
+    p.add_argument("--sweep", type=int, help="runs in the sweep (default 48; 3 with --smoke)")
+    p.add_argument("--agent-steps", type=int, help="env steps per agent run for (5) (default 3000; 200 with --smoke)")
+    p.add_argument("--repeats", type=int, help="agent run pairs for (5) (default 5; 1 with --smoke)")
     a = p.parse_args()
+    only = set(a.only.split(","))
+    if only - set(GROUPS):
+        p.error(f"unknown group(s) {', '.join(sorted(only - set(GROUPS)))}")
     tmp = None
     run = a.run
     if a.smoke or run is None:
@@ -183,17 +292,25 @@ def main() -> None:
 
         tmp = Path(tempfile.mkdtemp())
         run = make_run(tmp / "smoke", steps=600 if a.smoke else 36_000, seed=0)
-    results = {
-        "open": bench_open(run),
-        "frames": bench_frames(run, 50 if a.smoke else 300),
-        "index": bench_index(2_000 if a.smoke else 100_000, 50 if a.smoke else 200),
-        "recording": bench_recording(300 if a.smoke else 3000),
-        "storage": bench_storage(run),
+    run = run.resolve()
+    jobs = {
+        "open": lambda: bench_open(run),
+        "sweep": lambda: bench_sweep(run, a.sweep or (3 if a.smoke else 48), check=True),
+        "frames": lambda: bench_frames(run, 50 if a.smoke else 300),
+        "index": lambda: bench_index(2_000 if a.smoke else 100_000, 50 if a.smoke else 200),
+        "recording": lambda: bench_recording(a.agent_steps or (200 if a.smoke else 3000),
+                                             a.repeats or (1 if a.smoke else 5)),
+        "storage": lambda: bench_storage(run),
+        "pages": lambda: bench_pages(run),
     }
-    print(f"# run: {run} ({'smoke' if a.smoke else 'full'}), {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
-    for group, figures in results.items():
-        for k, v in figures.items():
-            print(f"{group:10s} {k:28s} {v:12.3f}" if isinstance(v, float) else f"{group:10s} {k:28s} {v:>12}")
+    print(f"# run: {run} ({'smoke' if a.smoke else 'full'}), {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"{os.cpu_count()} cores, python {sys.version.split()[0]}", flush=True)
+    for group in GROUPS:
+        if group not in only:
+            continue
+        for k, v in jobs[group]().items():
+            print(f"{group:10s} {k:32s} {v:12.3f}" if isinstance(v, float) else f"{group:10s} {k:32s} {v:>12}",
+                  flush=True)
     if tmp:
         shutil.rmtree(tmp)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,8 @@ from dashboard import theme
 from loaders.views import MAP_TILES_Y, TILES_X, TILES_Y
 from mfm.schema import GRID_KINDS
 
-MARK_OFFSETS = {"milestone": -0.42, "memory_write": -0.32, "death": 0.0, "search": 0.32, "inspect": 0.42}
+MARK_OFFSETS = {"milestone": -0.42, "memory_write": -0.32, "death": 0.0, "search": 0.32, "inspect": 0.42,
+                "model_ok": 0.2, "model_retried": 0.2, "model_failed": 0.2}
 FONT = dict(size=13)
 
 
@@ -316,3 +318,61 @@ def band_figure(bands: pd.DataFrame, y_title: str, shade: list[tuple[int, int]] 
         fig.add_annotation(text=shade_label, xref="paper", yref="paper", x=1, y=1.0, showarrow=False,
                            xanchor="right", yanchor="bottom", font=dict(size=11, color="#1b9e77"))
     return _layout(fig, 420)
+
+
+PROV_COLUMNS = {"episode": 0, "knowledge": 1, "procedure": 2, "plan": 3, "file": 4}
+PROV_COLORS = {"knowledge": "#1b9e77", "procedure": "#d95f02", "plan": "#7570b3", "file": "#999999",
+               "episode": "#4e79a7"}
+EDGE_STYLES = {"cites": dict(color="rgba(120,120,120,0.35)", width=1),
+               "revises": dict(color="#7570b3", width=1.5, dash="dot"),
+               "disabled_because": dict(color="#d62728", width=2),
+               "used_in": dict(color="#2ca02c", width=1.5)}
+
+
+def _prov_x(kind: str, chain: str) -> float:
+    """Column of a node kind, spread within the column by a stable hash of its chain."""
+    spread = (zlib.crc32(chain.encode("utf-8")) % 1000) / 1000 * 0.7 - 0.35 if chain else 0.0
+    return PROV_COLUMNS.get(kind, len(PROV_COLUMNS)) + spread
+
+
+def provenance_figure(nodes: pd.DataFrame, edges: pd.DataFrame, selected: str | None = None) -> go.Figure:
+    """The provenance graph: one column per node kind, env step downwards; edges as lines.
+    Nodes carry their id as customdata (for click selection); aggregates are squares sized
+    by how many nodes they merge, disabled procedures are crosses."""
+    fig = go.Figure()
+    if not len(nodes):
+        return _layout(fig, 300)
+    pos = {i: (_prov_x(k, c or i), float(s)) for i, k, c, s in zip(nodes["id"], nodes["kind"], nodes["chain"],
+                                                                      nodes["step"])}
+    for kind, style in EDGE_STYLES.items():
+        sub = edges[edges["kind"] == kind] if len(edges) else edges
+        xs: list = []
+        ys: list = []
+        for s, d in zip(sub["src"], sub["dst"]) if len(sub) else ():
+            if s in pos and d in pos:
+                xs += [pos[s][0], pos[d][0], None]
+                ys += [pos[s][1], pos[d][1], None]
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=style, hoverinfo="skip",
+                                     name=kind.replace("_", " ")))
+    for kind in PROV_COLUMNS:
+        sub = nodes[nodes["kind"] == kind]
+        if not len(sub):
+            continue
+        agg = sub["count"] > 1
+        fig.add_trace(go.Scatter(
+            x=[pos[i][0] for i in sub["id"]], y=sub["step"], mode="markers", name=kind,
+            customdata=list(zip(sub["id"], sub["label"].str.slice(0, 140))),
+            hovertemplate="%{customdata[1]}<br>step %{y}<extra>%{customdata[0]}</extra>",
+            marker=dict(color=["#d62728" if d else PROV_COLORS[kind] for d in sub["disabled"]],
+                        symbol=["square" if a else "x" if d else "circle" for a, d in zip(agg, sub["disabled"])],
+                        size=[min(22, 7 + 2 * float(np.log2(c))) for c in sub["count"]],
+                        line=dict(width=0.5, color="#333333"))))
+    if selected in pos:
+        fig.add_trace(go.Scatter(x=[pos[selected][0]], y=[pos[selected][1]], mode="markers", name="selected",
+                                 hoverinfo="skip", marker=dict(size=20, color="rgba(0,0,0,0)",
+                                                               line=dict(width=3, color="#111111"))))
+    fig.update_xaxes(tickvals=list(PROV_COLUMNS.values()), ticktext=[k for k in PROV_COLUMNS],
+                     range=[-0.6, len(PROV_COLUMNS) - 0.4], showgrid=False, zeroline=False)
+    fig.update_yaxes(title_text="env step", autorange="reversed")
+    return _layout(fig, 620)

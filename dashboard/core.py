@@ -126,3 +126,15 @@ def parse_frame_refs(value: str | None) -> tuple[list[FrameRef], list[str]]:
 def format_frame_refs(refs: list[FrameRef]) -> str:
     """The ``frames`` query value for a list of references."""
     return ",".join(str(r) for r in refs[:MAX_FRAMES])
+
+
+def live_caption(updated: str, new_episodes: int, running: int = 1) -> str:
+    """The indicator of a page following runs being written: when it was last redrawn and
+    how many episodes arrived since this session started following."""
+    runs = "" if running == 1 else f" ({running} runs)"
+    return f"● live{runs} · updated {updated} · +{new_episodes} episode{'' if new_episodes == 1 else 's'}"
+
+
+def status_changes(before: dict[str, str], after: dict[str, str]) -> list[tuple[str, str, str]]:
+    """The runs that were running and now are not: ``(key, old status, new status)``."""
+    return [(k, before[k], s) for k, s in after.items() if before.get(k) == "running" and s != "running"]

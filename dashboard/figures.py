@@ -3,7 +3,9 @@ SVG, PDF and PNG, each with a JSON manifest (runs and their content hash, step r
 filters, package version, dashboard deep link).
 
 ``write_figures(paths, out_dir)`` writes every standard figure (timeline, spatial grid,
-steps per turn, retargeting, progress) for runs or runs roots; it backs ``mfm figures``.
+steps per turn, retargeting, progress, provenance summary) for runs or runs roots; it backs
+``mfm figures``. A figure exported from a page also records the page's view (its URL query
+state), so its manifest names the filters chosen there and its deep link reopens that view.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import vl_convert as vlc
 
 from dashboard import theme
 from loaders import analysis_views as av
+from loaders import provenance
 from loaders import views
 from loaders.run import Run, find_runs, open_run
 
@@ -44,6 +47,9 @@ class Figure:
     page: str
     steps: tuple[int, int] | None = None
     filters: dict[str, Any] = field(default_factory=dict)
+    """The choices the chart applies (step range, window, colouring, ...)."""
+    view: dict[str, str] = field(default_factory=dict)
+    """The page's URL query state when the figure was exported (empty when written headless)."""
 
 
 def _data(df: pd.DataFrame) -> alt.Data:
@@ -67,26 +73,37 @@ def _method_scale(methods: Sequence[str]) -> alt.Scale:
     return alt.Scale(domain=ms, range=[theme.method_color(m) for m in ms])
 
 
-def timeline_figure(key: str, run: Run, width: str = "double") -> Figure:
-    """Episodes of one run as bars over env steps, one row per life, coloured by action kind."""
-    bars = views.timeline_bars(run.episodes())
+def _clip(run: Run, lo: int | None, hi: int | None) -> tuple[int, int]:
+    first, last = views.step_bounds(run)
+    return (first if lo is None else max(first, lo), last if hi is None else min(last, hi))
+
+
+def timeline_figure(key: str, run: Run, width: str = "double", lo: int | None = None, hi: int | None = None,
+                    color_by: str = "action_kind") -> Figure:
+    """Episodes of one run as bars over env steps (within ``lo``–``hi``), one row per life,
+    coloured by action kind or outcome."""
+    lo, hi = _clip(run, lo, hi)
+    bars = views.timeline_bars(run.episodes(), lo, hi, color_by)
     cats = sorted(set(bars["category"])) if len(bars) else []
     chart = alt.Chart(_data(bars)).mark_bar(height=10).encode(
-        x=alt.X("start:Q", title="env step"), x2="end:Q", y=alt.Y("life:O", title="life"),
+        x=alt.X("start:Q", title="env step", scale=alt.Scale(domain=[lo, hi])), x2="end:Q",
+        y=alt.Y("life:O", title="life"),
         color=alt.Color("category:N", legend=alt.Legend(title=None), scale=alt.Scale(
-            domain=cats, range=[theme.category_color(c, "action_kind") for c in cats])))
-    lo, hi = views.step_bounds(run)
+            domain=cats, range=[theme.category_color(c, color_by) for c in cats])))
     return Figure("timeline", _style(chart, width, max(40, 16 * bars["life"].nunique() if len(bars) else 40)),
-                  [(key, run)], "timeline", (lo, hi), {"color": "action_kind"})
+                  [(key, run)], "timeline", (lo, hi), {"color": color_by, "range": [lo, hi]})
 
 
-def grid_figure(key: str, run: Run, width: str = "single") -> Figure:
-    """The cells the agent interacted with, coloured by kind, and the episodes' end positions
-    (black dots); the second axis grows downwards."""
-    cells = views.grid_cells(run.grid())
+def grid_figure(key: str, run: Run, width: str = "single", lo: int | None = None, hi: int | None = None,
+                kinds: Sequence[str] | None = None) -> Figure:
+    """The cells the agent interacted with (within steps ``lo``–``hi``, of ``kinds``), coloured
+    by kind, and the end positions of the episodes of that range (black dots); the second axis
+    grows downwards."""
+    lo, hi = _clip(run, lo, hi)
+    cells = views.grid_cells(run.grid(), lo, hi, kinds)
     eps = run.episodes()
-    eps = eps[eps["x"].notna() & eps["y"].notna()][["id", "x", "y"]] if len(eps) else pd.DataFrame(
-        columns=["id", "x", "y"])
+    eps = eps[eps["x"].notna() & eps["y"].notna() & (eps["last_step"] >= lo) & (eps["first_step"] <= hi)][
+        ["id", "x", "y"]] if len(eps) else pd.DataFrame(columns=["id", "x", "y"])
     x = alt.X("x:Q", title="x (cells)", scale=alt.Scale(zero=False))
     y = alt.Y("y:Q", title="y (cells)", scale=alt.Scale(zero=False, reverse=True))
     layers = []
@@ -101,7 +118,7 @@ def grid_figure(key: str, run: Run, width: str = "single") -> Figure:
         layers.append(alt.Chart(_data(pd.DataFrame([{"text": "no cells or positions recorded"}])))
                       .mark_text(fontSize=8).encode(text="text:N"))
     return Figure("spatial_grid", _style(alt.layer(*layers), width, WIDTHS[width]), [(key, run)], "grid",
-                  views.step_bounds(run))
+                  (lo, hi), {"range": [lo, hi]} | ({"kinds": sorted(kinds)} if kinds is not None else {}))
 
 
 def _band_chart(bands: pd.DataFrame, y_title: str, shade: list[tuple[int, int]] | None = None) -> alt.LayerChart:
@@ -168,6 +185,43 @@ def retargeting_figure(runs: list[tuple[str, Run]], width: str = "single") -> Fi
     return Figure("retargeting", styled, runs, "retargeting", _range(runs), {"radius": av.RADIUS})
 
 
+PROVENANCE_LABELS = {"knowledge": "knowledge lines", "procedure": "procedure versions", "plan": "plan versions",
+                     "file": "other files"}
+
+
+def provenance_figure(key: str, run: Run, width: str = "double", lo: int | None = None, hi: int | None = None,
+                      bins: int = 40) -> Figure:
+    """Provenance summary of one run: memory versions written per step bin, stacked by kind
+    (knowledge lines, procedure versions, plan versions, other files), and below, how many
+    episode citations those versions carry."""
+    g = provenance.filter_steps(provenance.build_graph(run), lo, hi)
+    table = provenance.summary(g, bins)
+    table["what"] = [PROVENANCE_LABELS.get(k, k) for k in table["kind"]]
+    table["end"] = table["hi"] + 1
+    kinds = [PROVENANCE_LABELS[k] for k in PROVENANCE_LABELS if k in set(table["kind"])]
+    palette = dict(zip(PROVENANCE_LABELS.values(), ("#1b9e77", "#d95f02", "#7570b3", "#999999")))
+    lo_, hi_ = _clip(run, lo, hi)
+    if len(table):
+        x = alt.X("lo:Q", title="env step", scale=alt.Scale(domain=[lo_, max(hi_, int(table["end"].max()))],
+                                                            nice=False))
+        bars = alt.Chart(_data(table)).mark_bar().encode(
+            x=x, x2="end:Q", y=alt.Y("sum(versions):Q", title="versions written"),
+            color=alt.Color("what:N", legend=alt.Legend(title=None),
+                            scale=alt.Scale(domain=kinds, range=[palette[k] for k in kinds])))
+        cites = alt.Chart(_data(table)).mark_bar(color="#444444").encode(
+            x=x, x2="end:Q", y=alt.Y("sum(citations):Q", title="episode citations"))
+        chart = alt.vconcat(bars.properties(width=WIDTHS[width], height=110),
+                            cites.properties(width=WIDTHS[width], height=50))
+    else:
+        chart = alt.Chart(_data(pd.DataFrame([{"text": "no memory written in this range"}]))).mark_text(
+            fontSize=8).encode(text="text:N").properties(width=WIDTHS[width], height=60)
+    styled = (chart.configure(font=FONT, background="white")
+              .configure_axis(labelFontSize=7, titleFontSize=8, grid=False, domainWidth=0.6, tickWidth=0.6,
+                              titleFontWeight="normal")
+              .configure_legend(labelFontSize=7, orient="top").configure_view(stroke=None))
+    return Figure("provenance", styled, [(key, run)], "provenance", (lo_, hi_), {"range": [lo_, hi_], "bins": bins})
+
+
 def _range(runs: list[tuple[str, Run]]) -> tuple[int, int] | None:
     bounds = [views.step_bounds(r) for _, r in runs]
     return (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else None
@@ -196,7 +250,12 @@ def package_version() -> str:
 def deep_link(fig: Figure, base_url: str = "") -> str:
     """The dashboard URL of the page showing this figure's data."""
     q = {"runs": ",".join(k for k, _ in fig.runs), "run": fig.runs[0][0] if fig.runs else ""}
-    q.update({k: str(v) for k, v in fig.filters.items() if k in ("window",)})
+    if fig.view:
+        q.update(fig.view)
+    else:
+        q.update({k: str(v) for k, v in fig.filters.items() if k in ("window",)})
+        if isinstance(fig.filters.get("range"), list):
+            q["range"] = "{}-{}".format(*fig.filters["range"])
     return f"{base_url.rstrip('/')}/{fig.page}?" + urlencode({k: v for k, v in q.items() if v})
 
 
@@ -205,7 +264,7 @@ def manifest(fig: Figure, width: str, base_url: str = "") -> dict[str, Any]:
     return {"figure": fig.name, "width": width, "width_pt": WIDTHS[width],
             "runs": [{"key": k, "path": str(r.path), "method": av.method_of(r), "seed": av.seed_of(r),
                       "sha256": content_hash(r)} for k, r in fig.runs],
-            "steps": list(fig.steps) if fig.steps else None, "filters": fig.filters,
+            "steps": list(fig.steps) if fig.steps else None, "filters": fig.filters, "view": fig.view,
             "package": {"name": "mfm", "version": package_version()}, "deep_link": deep_link(fig, base_url)}
 
 
@@ -235,6 +294,11 @@ def save(fig: Figure, out_dir: Path, width: str, stem: str | None = None, base_u
     return [*written, p]
 
 
+def file_stem(key: str) -> str:
+    """A run key as part of a file name (nested keys ``a/b`` become ``a_b``)."""
+    return key.replace("/", "_")
+
+
 def _expand(paths: Sequence[str | Path]) -> list[tuple[str, Run]]:
     """Runs named by run folders or runs roots, keyed as the dashboard keys them under that
     root (a run folder given directly: its name); made unique."""
@@ -252,16 +316,19 @@ def _expand(paths: Sequence[str | Path]) -> list[tuple[str, Run]]:
 
 def write_figures(paths: Sequence[str | Path], out_dir: str | Path, window: int = 25,
                   base_url: str = "") -> list[Path]:
-    """Every standard figure for the runs under ``paths``: per run a timeline and a spatial
-    grid, over all runs steps per turn, retargeting and progress. Returns the files written."""
+    """Every standard figure for the runs under ``paths``: per run a timeline, a spatial grid
+    and a provenance summary (runs that wrote memory), over all runs steps per turn,
+    retargeting and progress. Returns the files written."""
     runs = [(k, r) for k, r in _expand(paths) if r.manifest is not None]
     if not runs:
         raise ValueError(f"no run found under {', '.join(map(str, paths))}")
     out = Path(out_dir)
     written: list[Path] = []
     for key, run in runs:
-        written += save(timeline_figure(key, run), out, "double", f"timeline_{key}", base_url)
-        written += save(grid_figure(key, run), out, "single", f"spatial_grid_{key}", base_url)
+        written += save(timeline_figure(key, run), out, "double", f"timeline_{file_stem(key)}", base_url)
+        written += save(grid_figure(key, run), out, "single", f"spatial_grid_{file_stem(key)}", base_url)
+        if run.records("memory_writes.jsonl"):
+            written += save(provenance_figure(key, run), out, "double", f"provenance_{file_stem(key)}", base_url)
     written += save(steps_per_turn_figure(runs, window), out, "double", base_url=base_url)
     written += save(retargeting_figure(runs), out, "single", base_url=base_url)
     written += save(progress_figure(runs), out, "double", base_url=base_url)

@@ -40,6 +40,9 @@ MARK_STYLES = {
     "search": {"symbol": "triangle-down", "color": "#7b3fb0", "size": 9, "name": "index search"},
     "inspect": {"symbol": "diamond", "color": "#00a3a3", "size": 10, "name": "frame inspection"},
     "memory_write": {"symbol": "square", "color": "#c2185b", "size": 7, "name": "memory write"},
+    "model_ok": {"symbol": "circle", "color": "#2ca02c", "size": 7, "name": "model requests ok"},
+    "model_retried": {"symbol": "circle", "color": "#ff7f0e", "size": 8, "name": "model requests retried"},
+    "model_failed": {"symbol": "circle-x", "color": "#d62728", "size": 10, "name": "model requests failed"},
 }
 
 VITAL_COLORS = {"health": "#d62728", "food": "#ff7f0e", "drink": "#1f77b4", "energy": "#2ca02c"}

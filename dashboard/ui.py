@@ -16,9 +16,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard.core import PAGES_DIR, resolve_run_key, run_key, runs_root, split_list
+from dashboard.core import PAGES_DIR, live_caption, resolve_run_key, run_key, runs_root, split_list, \
+    status_changes
+from dashboard.theme import STATUS_LABELS
 from loaders import views
-from loaders.run import Run, find_runs, open_run, signature
+from loaders.live import LiveRuns, needs_refresh, watch_key
+from loaders.run import Run, find_runs
 from loaders.views import UnsafePath
 
 STICKY = "_mfm_sticky"
@@ -32,7 +35,9 @@ PAGE_SPECS = {
     "retargeting": ("retargeting.py", "Retargeting", ":material/my_location:"),
     "steps_per_turn": ("steps_per_turn.py", "Steps per turn", ":material/speed:"),
     "memory": ("memory.py", "Memory", ":material/description:"),
+    "provenance": ("provenance.py", "Provenance", ":material/account_tree:"),
     "progress": ("progress.py", "Progress", ":material/flag:"),
+    "echo": ("echo.py", "Echo", ":material/school:"),
     "sql": ("sql.py", "SQL", ":material/terminal:"),
 }
 
@@ -85,14 +90,15 @@ def init_widget(key: str, value: Any) -> None:
         st.session_state[key] = value
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
-def _run(path: str, sig: tuple) -> Run:
-    return open_run(path)
+@st.cache_resource(show_spinner=False)
+def _live_runs() -> LiveRuns:
+    return LiveRuns()
 
 
 def get_run(path: Path) -> Run:
-    """A run, cached on its file signature: a run being written is re-read when it changes."""
-    return _run(str(path), signature(path))
+    """A run as it is on disk now: re-read when its files change, and for a run being
+    written only the tables whose file changed are parsed again (``loaders.live``)."""
+    return _live_runs().get(path)
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -175,35 +181,34 @@ def link_params(**extra: Any) -> dict[str, str]:
 
 
 @st.cache_data(max_entries=2048, show_spinner=False)
-def _frame(path: str, sig: tuple, step: int | None, episode: str | None) -> np.ndarray:
-    return views.frame_for(open_run(path), step=step, episode=episode)
+def _frame(path: str, sig: tuple, step: int | None, episode: str | None, _run: Run) -> np.ndarray:
+    return views.frame_for(_run, step=step, episode=episode)
 
 
 def frame(run: Run, step: int | None = None, episode: str | None = None) -> np.ndarray:
     """A frame (cached on the run's signature); raises FrameError or UnsafePath."""
-    return _frame(str(run.path), run.signature, step, episode)
+    return _frame(str(run.path), run.signature, step, episode, run)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _tl(path: str, sig: tuple, lo: int, hi: int, color_by: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    run = open_run(path)
-    return (views.timeline_bars(run.episodes(), lo, hi, color_by), views.timeline_marks(run, lo, hi),
-            views.vitals_series(run.steps(), lo, hi))
+def _tl(path: str, sig: tuple, lo: int, hi: int, color_by: str, _run: Run
+        ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    return (views.timeline_bars(_run.episodes(), lo, hi, color_by), views.timeline_marks(_run, lo, hi),
+            views.vitals_series(_run.steps(), lo, hi))
 
 
 def timeline_data(run: Run, lo: int, hi: int, color_by: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Bars, marks and vitals of a step range (cached on the run's signature)."""
-    return _tl(str(run.path), run.signature, lo, hi, color_by)
+    return _tl(str(run.path), run.signature, lo, hi, color_by, run)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _insp(path: str, sig: tuple) -> pd.DataFrame:
-    run = open_run(path)
-    return views.inspections(run.turns(), run.episodes())
+def _insp(path: str, sig: tuple, _run: Run) -> pd.DataFrame:
+    return views.inspections(_run.turns(), _run.episodes())
 
 
 def inspections(run: Run) -> pd.DataFrame:
-    return _insp(str(run.path), run.signature)
+    return _insp(str(run.path), run.signature, run)
 
 
 def show_problems(key: str, run: Run) -> None:
@@ -222,15 +227,23 @@ def show_problems(key: str, run: Run) -> None:
 
 def figure_downloads(make: Callable[[], Any], stem: str, width: str) -> None:
     """Download buttons for a paper figure (SVG, PDF, PNG and its JSON manifest); ``make``
-    builds the :class:`dashboard.figures.Figure` and runs only when a button is clicked."""
+    builds the :class:`dashboard.figures.Figure` and runs only when a button is clicked. The
+    manifest records the page's URL state (its filters), so its deep link reopens this view."""
     from dashboard import figures
+
+    state = {k: st.query_params[k] for k in st.query_params}
+
+    def made() -> Any:
+        fig = make()
+        fig.view = state
+        return fig
 
     cols = st.columns(len(figures.FORMATS) + 1)
     for col, fmt in zip(cols, figures.FORMATS):
-        col.download_button(f"Figure {fmt.upper()}", data=lambda f=fmt: figures.render(make(), f),
+        col.download_button(f"Figure {fmt.upper()}", data=lambda f=fmt: figures.render(made(), f),
                             file_name=f"{stem}.{fmt}", mime=figures.MIME[fmt], key=f"dl_{stem}_{fmt}",
                             on_click="ignore", icon=":material/download:")
-    cols[-1].download_button("Manifest JSON", data=lambda: json.dumps(figures.manifest(make(), width), indent=2),
+    cols[-1].download_button("Manifest JSON", data=lambda: json.dumps(figures.manifest(made(), width), indent=2),
                              file_name=f"{stem}.json", mime="application/json", key=f"dl_{stem}_json",
                              on_click="ignore", icon=":material/data_object:")
 
@@ -238,3 +251,43 @@ def figure_downloads(make: Callable[[], Any], stem: str, width: str) -> None:
 def stamp() -> str:
     """The wall time, for captions of pages that refresh."""
     return time.strftime("%H:%M:%S")
+
+
+LIVE_EVERY = 3
+"""Seconds between checks of a run being written, on the pages that follow it."""
+LIVE_SEEN, LIVE_STOPPED = "_mfm_live_seen", "_mfm_live_stopped"
+
+
+def follow_live(shown: list[tuple[str, Run]]) -> None:
+    """Follow the shown runs while any is being written: a "live" caption, and a check every
+    :data:`LIVE_EVERY` seconds that reruns the page when a run's files or status changed
+    (widgets and the URL keep their values; cached loading re-reads only what changed).
+    A run that stopped while this session watched it gets a note of its status change."""
+    seen = st.session_state.setdefault(LIVE_SEEN, {})
+    stopped = st.session_state.setdefault(LIVE_STOPPED, {})
+    now = {k: (r.status, len(r.records("index.jsonl"))) for k, r in shown}
+    for k, old, new in status_changes({k: v[0] for k, v in seen.items() if k in now},
+                                      {k: v[0] for k, v in now.items()}):
+        stopped[k] = (old, new)
+    for k, (status, episodes) in now.items():
+        seen[k] = (status, seen[k][1] if k in seen else episodes)
+        if k in stopped and status == "running":
+            del stopped[k]
+    for k, (old, new) in stopped.items():
+        if k in now:
+            st.info(f"`{k}` stopped being written: {STATUS_LABELS.get(old, old)} → {STATUS_LABELS.get(new, new)}.",
+                    icon=":material/flag:")
+    running = {k: str(r.path) for k, r in shown if r.status == "running"}
+    if not running:
+        return
+    caption = live_caption(stamp(), sum(now[k][1] - seen[k][1] for k in running), len(running))
+    state = {k: watch_key(r) for k, r in shown if k in running}
+
+    @st.fragment(run_every=LIVE_EVERY)
+    def _watch() -> None:
+        fresh = {k: watch_key(get_run(Path(p))) for k, p in running.items()}
+        if needs_refresh(state, fresh):
+            st.rerun()
+        st.caption(f"{caption} · checked {stamp()}")
+
+    _watch()

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from loaders import analysis
+from loaders import analysis, provenance
 from loaders.analysis import RADIUS, Retargeting
 from loaders.run import Run
 from mfm.schema import IndexRow, TurnRow
@@ -204,13 +204,12 @@ def exceed_intervals(bands: pd.DataFrame, method: str = "mfm",
         above &= wide[method] > wide[o]
     steps = wide.index.to_numpy()
     out, start = [], None
-    for s, flag in zip(steps, above.to_numpy()):
+    for i, flag in enumerate(above.to_numpy()):
         if flag and start is None:
-            start = s
+            start = steps[i]
         if not flag and start is not None:
-            out.append((int(start), int(prev)))
+            out.append((int(start), int(steps[i - 1])))
             start = None
-        prev = s
     if start is not None:
         out.append((int(start), int(steps[-1])))
     return out
@@ -235,23 +234,18 @@ def memory_diff(run: Run, path: str, a: int, b: int) -> str:
 
 
 def memory_provenance(run: Run, path: str, as_of_step: int | None) -> pd.DataFrame:
-    """Each line of ``path`` as of a step with the write that set it, and whether and when a
-    later write removed it: ``line, text, step, turn, author, reason, sources, removed_at``."""
-    writes = run.records("memory_writes.jsonl")
+    """Each line of ``path`` as of a step with the write that set it, whether and when a later
+    write removed it, and whether a later write contradicted it (see
+    :func:`loaders.provenance.contradictions`): ``line, text, step, turn, author, reason,
+    sources, removed_at, contradicted_at, contradiction, now, contradicted_by, contradicting_sources``."""
     lines = run.memory_blame(path, as_of_step)
-    later = sorted({w.step for w in writes if w.path == path and as_of_step is not None and w.step > as_of_step})
-    removed: list[int | None] = [None] * len(lines)
-    for s in later:
-        now = {(b.text, b.write.seq) for b in run.memory_blame(path, s)}
-        for i, b in enumerate(lines):
-            if removed[i] is None and (b.text, b.write.seq) not in now:
-                removed[i] = s
+    removed = provenance.removal_steps(run, path, as_of_step, lines)
     rows = [{"line": i + 1, "text": b.text.rstrip("\n"), "step": b.write.step, "turn": b.write.turn,
              "author": b.write.author, "reason": b.write.reason, "sources": ", ".join(b.write.sources),
              "removed_at": removed[i]} for i, b in enumerate(lines)]
     df = pd.DataFrame(rows, columns=["line", "text", "step", "turn", "author", "reason", "sources", "removed_at"])
     df["removed_at"] = df["removed_at"].astype("Int64")
-    return df
+    return df.merge(provenance.contradictions(run, path, as_of_step, lines), on="line", how="left")
 
 
 def milestone_curve(run: Run) -> pd.DataFrame:

@@ -22,7 +22,11 @@ from mfm.schema import EPISODE_ID, IndexRow
 MAX_POINTS = 50_000
 """The most points any one chart built from these views may hold."""
 
-MARK_KINDS = ("milestone", "death", "search", "inspect", "memory_write")
+MODEL_KINDS = ("model_ok", "model_retried", "model_failed")
+"""Marks of an LLM policy's turns, by how its model requests went."""
+MARK_KINDS = ("milestone", "death", "search", "inspect", "memory_write", *MODEL_KINDS)
+DECISION_KINDS = ("search", "inspect", *MODEL_KINDS)
+"""Marks made while deciding a turn (at its first step, before the action)."""
 TILES_X, TILES_Y, MAP_TILES_Y = 9, 9, 7
 """Crafter frames are a 9x9 grid of tiles; the top 9x7 tiles are the map."""
 
@@ -209,6 +213,95 @@ def inspections(turns: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def model_calls(turns: pd.DataFrame, turn: int | None = None) -> pd.DataFrame:
+    """Each chat-completions request of an LLM policy (the ``model`` calls of ``turns.jsonl``),
+    of every turn or of one ``turn``.
+
+    Columns: ``turn, life, step, request, requests, status, model, prompt_tokens,
+    completion_tokens, cost_usd, latency_s, prompt_chars, prompt_sha256, tool_calls, error``.
+    ``request`` counts from 1 within the turn (of ``requests``). ``status`` is ``ok``, or for
+    a request that failed (HTTP error, timeout, malformed or unknown tool call, refusal)
+    ``retried`` when the turn asked again and ``failed`` when it was the turn's last request
+    (the policy gave up). ``tool_calls`` lists the reply's calls as ``name(arguments)``.
+    """
+    cols = ["turn", "life", "step", "request", "requests", "status", "model", "prompt_tokens", "completion_tokens",
+            "cost_usd", "latency_s", "prompt_chars", "prompt_sha256", "tool_calls", "error"]
+    rows = []
+    if turn is not None and len(turns):
+        turns = turns[turns["turn"] == turn]
+    for t, life, step, calls in zip(turns["turn"], turns["life"], turns["first_step"], turns["calls"]):
+        parsed = _json(calls)
+        reqs = [c for c in parsed if isinstance(c, dict) and c.get("tool") == "model"] \
+            if isinstance(parsed, list) else []
+        for k, c in enumerate(reqs, 1):
+            args = c.get("args") if isinstance(c.get("args"), dict) else {}
+            res = c.get("result") if isinstance(c.get("result"), dict) else {}
+            usage = res.get("usage") if isinstance(res.get("usage"), dict) else {}
+            error = res.get("failure") or res.get("error") or (f"refusal: {res['refusal']}" if res.get("refusal")
+                                                                else None)
+            status = "ok" if error is None else "retried" if k < len(reqs) else "failed"
+            calls_made = [f"{t.get('name')}({t.get('arguments', '')})" for t in res.get("tool_calls") or []
+                          if isinstance(t, dict)]
+            rows.append((int(t), int(life), int(step), k, len(reqs), status, args.get("model"),
+                         _num(usage.get("prompt_tokens")), _num(usage.get("completion_tokens")),
+                         _num(usage.get("cost_usd")), _num(res.get("latency_s")), _num(args.get("prompt_chars")),
+                         args.get("prompt_sha256"), "; ".join(calls_made), None if error is None else str(error)))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _money(v: float | None) -> str:
+    return "?" if v is None or pd.isna(v) else f"${v:.4f}"
+
+
+def model_turns(calls: pd.DataFrame, max_lines: int = 6) -> pd.DataFrame:
+    """One row per turn of :func:`model_calls`: ``turn, life, step, status, requests, label``.
+
+    A turn is ``ok`` when every request was, ``retried`` when some failed but its last one
+    answered, ``failed`` when its last request failed. ``label`` (for a hover) gives the
+    model, tokens in/out, latency and cost summed over the turn, then one line per request
+    (at most ``max_lines``) with its tool calls or its error."""
+    cols = ["turn", "life", "step", "status", "requests", "label"]
+    if not len(calls):
+        return pd.DataFrame(columns=cols)
+    rows = []
+    mark = {"ok": "✓", "retried": "↻", "failed": "✗"}
+    for (turn, life, step), g in calls.groupby(["turn", "life", "step"], sort=True):
+        last = g["status"].iloc[-1]
+        status = "failed" if last == "failed" else "retried" if (g["status"] != "ok").any() else "ok"
+        models = ", ".join(sorted({str(m) for m in g["model"].dropna()})) or "?"
+        head = (f"turn {turn} · {len(g)} request{'s' if len(g) != 1 else ''} to {models}<br>"
+                f"tokens in {int(g['prompt_tokens'].sum())} / out {int(g['completion_tokens'].sum())} · "
+                f"{g['latency_s'].sum():.2f} s · {_money(g['cost_usd'].sum(min_count=1))}")
+        lines = [f"{r.request}. {mark[r.status]} " + (r.error if isinstance(r.error, str) else
+                                                       r.tool_calls or "no tool call")[:90]
+                 for r in g.head(max_lines).itertuples(index=False)]
+        if len(g) > max_lines:
+            lines.append(f"… {len(g) - max_lines} more")
+        rows.append((turn, life, step, status, len(g), "<br>".join([head, *lines])))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def turn_calls(turns: pd.DataFrame, turn: int, max_chars: int = 400) -> pd.DataFrame:
+    """Every call a turn made, in order (model requests, memory tools, the action):
+    ``call, tool, args, result`` with arguments and result as JSON text cut at ``max_chars``."""
+    cols = ["call", "tool", "args", "result"]
+    hit = turns[turns["turn"] == turn] if len(turns) else turns
+    parsed = _json(hit["calls"].iloc[0]) if len(hit) else None
+    if not isinstance(parsed, list):
+        return pd.DataFrame(columns=cols)
+
+    def cut(v: Any) -> str:
+        text = json.dumps(v, sort_keys=True)
+        return text if len(text) <= max_chars else text[:max_chars - 1] + "…"
+
+    return pd.DataFrame([(k, c.get("tool"), cut(c.get("args")), cut(c.get("result")))
+                         for k, c in enumerate((c for c in parsed if isinstance(c, dict)), 1)], columns=cols)
+
+
 def _bin_marks(df: pd.DataFrame, lo: int, hi: int, max_per_kind: int) -> pd.DataFrame:
     if len(df) <= max_per_kind:
         return df
@@ -231,7 +324,8 @@ def timeline_marks(run: Run, lo: int | None = None, hi: int | None = None, max_p
 
 def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFrame, lo: int, hi: int,
           max_per_kind: int = 2000) -> pd.DataFrame:
-    """Milestones, deaths, index searches, frame inspections and memory writes as step marks.
+    """Milestones, deaths, index searches, frame inspections, memory writes and the model
+    requests of each LLM turn (:data:`MODEL_KINDS`, by :func:`model_turns`) as step marks.
 
     Columns: ``kind, step, life, label, episode, count``; kinds beyond ``max_per_kind`` marks
     are binned (``count`` marks per row).
@@ -254,6 +348,10 @@ def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFr
         i = calls[calls["tool"] == "inspect"]
         parts.append(pd.DataFrame({"kind": "inspect", "step": i["step"], "life": i["life"],
                                    "label": "inspect " + i["episode"].fillna("?"), "episode": i["episode"]}))
+    mt = model_turns(model_calls(turns))
+    if len(mt):
+        parts.append(pd.DataFrame({"kind": "model_" + mt["status"], "step": mt["step"], "life": mt["life"],
+                                   "label": mt["label"], "episode": None}))
     if len(mw):
         parts.append(pd.DataFrame({"kind": "memory_write", "step": mw["step"], "life": mw["life"],
                                    "label": mw["op"].astype(str) + " " + mw["path"].astype(str) + ": "

@@ -159,6 +159,43 @@ def cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_echo(args: argparse.Namespace) -> int:
+    """Echo learner runs (``mfm echo run``) and their Success@0->k report (``mfm echo report``)."""
+    from mfm.echo.agent import iter_configs, run_many
+    from mfm.echo.measure import find_runs, summary_json, table
+
+    if args.echo_command == "run":
+        try:
+            configs = list(iter_configs(args.configs))
+            seeds = [int(v) for v in _csv(args.seeds)]
+        except ValueError as e:
+            print(f"mfm echo run: {e}", file=sys.stderr)
+            return 2
+        if args.episodes < 1 or args.jobs < 1:
+            print("mfm echo run: --episodes and --jobs must be at least 1", file=sys.stderr)
+            return 2
+        command = " ".join(["mfm", "echo", "run", "--configs", args.configs, "--seeds", args.seeds,
+                            "--episodes", str(args.episodes)])
+        results = run_many(configs, seeds, Path(args.out), episodes=args.episodes, step_cap=args.step_cap,
+                           jobs=args.jobs, command=command)
+        for d, what in results:
+            print(f"{d}: {what}")
+        if not args.no_report:
+            runs, _ = find_runs(Path(args.out))
+            print()
+            print(table(runs))
+        return 1 if any(w.startswith("exists") for _, w in results) else 0
+    root = Path(args.root)
+    if not root.is_dir():
+        print(f"mfm echo report: {root} is not a folder", file=sys.stderr)
+        return 2
+    runs, problems = find_runs(root)
+    for d, p in problems:
+        print(f"{d}/{p}", file=sys.stderr)
+    print(summary_json(runs) if args.json else table(runs))
+    return 0 if runs else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mfm", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -226,6 +263,21 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("root", help="folder of runs (e.g. a sweep's --out)")
     t.add_argument("--task", default=None, help="only runs of this task")
     t.set_defaults(func=cmd_results)
+
+    e = sub.add_parser("echo", help="Echo learner (recipes learned from scratch): runs and the Success@0->k report")
+    esub = e.add_subparsers(dest="echo_command", required=True)
+    er = esub.add_parser("run", help="learner runs: configurations x seeds, in parallel processes")
+    er.add_argument("--configs", default="all", help="comma-separated: passive, ical, ical-no-AXIS; or all")
+    er.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    er.add_argument("--episodes", type=int, default=30, help="Echo episodes (attempts at a goal) per run")
+    er.add_argument("--step-cap", type=int, default=120, help="env steps allowed per Echo episode")
+    er.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    er.add_argument("--out", default="runs/echo", help="folder of the runs (one sub-folder per run)")
+    er.add_argument("--no-report", action="store_true", help="do not print the table afterwards")
+    ep = esub.add_parser("report", help="print Success@0->k per family, unlock curves and speed-up")
+    ep.add_argument("root", help="folder holding learner runs")
+    ep.add_argument("--json", action="store_true", help="the figures as JSON")
+    e.set_defaults(func=cmd_echo)
     return p
 
 

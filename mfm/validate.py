@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import os
+import stat
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +41,10 @@ class RunContents:
         return [p for p in self.problems if p.severity == "error"]
 
 
-FAST_TABLES = {"steps.jsonl": "step", "grid.jsonl": None}
-"""Large tables worth the fast path, and the column each must be ordered by."""
+FAST_TABLES = {"index.jsonl": (None, "id"), "steps.jsonl": ("step", None), "grid.jsonl": (None, None),
+               "turns.jsonl": (None, None)}
+"""Large tables worth the fast path: the column each must be ordered by, the column whose
+values must all differ (duplicate episode ids go to the tolerant reader, which reports them)."""
 
 
 class LazyRecords(Sequence):
@@ -91,8 +96,35 @@ def looks_like_run(path: Path) -> bool:
     return (path / MANIFEST).is_file() or (path / "index.jsonl").is_file()
 
 
-def read_run(run_dir: Path) -> RunContents:
-    """Read every table of a run, keeping valid rows and reporting the rest. Never raises."""
+@dataclass(frozen=True)
+class TableRead:
+    """One table file read: its valid records, their line numbers and the problems found;
+    ``columns`` when the fast path read it (then there are no problems)."""
+
+    records: Sequence[Any]
+    lines: Sequence[int]
+    problems: tuple[Problem, ...]
+    columns: pd.DataFrame | None = None
+
+
+def read_one_table(path: Path, name: str) -> TableRead:
+    """One table file of a run: the fast one-pass reader when it can vouch for every line,
+    else the tolerant line-by-line reader."""
+    rtype = TABLES[name]
+    df = read_columns(path, rtype, *FAST_TABLES[name]) if name in FAST_TABLES else None
+    if df is not None:
+        return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df)
+    rows, probs = read_table(path, rtype)
+    return TableRead([r for _, r in rows], [n for n, _ in rows], tuple(probs))
+
+
+def read_run(run_dir: Path, after_index: Callable[[RunContents], None] | None = None,
+             read: Callable[[Path, str], TableRead] = read_one_table) -> RunContents:
+    """Read every table of a run, keeping valid rows and reporting the rest. Never raises.
+
+    ``after_index`` is called once the episode index is read and de-duplicated, before the
+    other tables (so checks that need only the index can start early). ``read`` reads one
+    table file (a caller may serve unchanged files from its own cache)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return RunContents(run_dir, None, problems=[Problem(str(run_dir), 0, "not a folder")])
@@ -103,19 +135,18 @@ def read_run(run_dir: Path) -> RunContents:
             Problem(str(run_dir), 0, "not a run: neither run.json nor index.jsonl is here")])
     manifest, problems = read_manifest(run_dir)
     out = RunContents(run_dir, manifest, problems=problems)
-    for name, rtype in TABLES.items():
-        if name in FAST_TABLES:
-            df = read_columns(run_dir / name, rtype, FAST_TABLES[name])
-            if df is not None:
-                out.columns[name] = df
-                out.tables[name] = LazyRecords(df, rtype)
-                out.lines[name] = range(1, len(df) + 1)
-                continue
-        rows, probs = read_table(run_dir / name, rtype)
-        out.problems += probs
-        out.tables[name] = [r for _, r in rows]
-        out.lines[name] = [n for n, _ in rows]
-    _dedupe_index(out)
+    for name in TABLES:
+        t = read(run_dir / name, name)
+        out.problems += t.problems
+        if t.columns is not None:
+            out.columns[name] = t.columns
+            out.tables[name], out.lines[name] = t.records, t.lines
+        else:
+            out.tables[name], out.lines[name] = list(t.records), list(t.lines)
+            if name == "index.jsonl":
+                _dedupe_index(out)
+        if name == "index.jsonl" and after_index:
+            after_index(out)
     _check_steps_order(out)
     _check_memory_history(out)
     return out
@@ -179,36 +210,32 @@ def _check_memory_history(c: RunContents) -> None:
 
 
 def validate(run_dir: Path, frames: bool = False) -> RunContents:
-    """:func:`read_run` plus file checks: episode folders, frames, orphans, the manifest."""
-    c = read_run(run_dir)
-    if c.manifest is None and not c.tables:
-        return c
+    """:func:`read_run` plus file checks: episode folders, frames, orphans, the manifest.
+
+    The file checks (a few stat calls per episode) run on a second thread while the other
+    tables are parsed; their problems follow the tables' problems, as if run after them."""
     run_dir = Path(run_dir)
-    index: list[IndexRow] = c.tables["index.jsonl"]
-    indexed = set()
-    for n, r in zip(c.lines["index.jsonl"], index):
-        indexed.add(r.path)
-        base = run_dir / r.path
-        if not base.is_dir():
-            c.problems.append(Problem("index.jsonl", n, f"{r.id}: episode folder {r.path} is missing"))
-            continue
-        for rel in ("action.json", "outcome.json", "state/state.json") + ((r.image,) if r.image else ()):
-            p = run_dir / rel if rel == r.image else base / rel
-            if not p.is_file():
-                c.problems.append(Problem("index.jsonl", n, f"{r.id}: {p.relative_to(run_dir)} is missing", "warning"))
-        for k in range(-(-r.frames // FRAMES_PER_CHUNK)):
-            p = run_dir / frame_chunk(r.path, k * FRAMES_PER_CHUNK)[0]
-            if not p.is_file():
-                c.problems.append(Problem("index.jsonl", n, f"{r.id}: frame strip {p.relative_to(run_dir)} is missing"))
-            elif frames:
-                _check_strip(c, run_dir, p, n, r, k)
-    ep_root = run_dir / "episodes"
-    if ep_root.is_dir():
-        for p in sorted(ep_root.iterdir()):
-            if p.name.startswith("ep_") and f"episodes/{p.name}" not in indexed:
-                c.problems.append(Problem(f"episodes/{p.name}", 0,
-                                          "episode folder not in index.jsonl (in flight when the run stopped)",
-                                          "warning"))
+    checks: list[Future] = []
+    pool = ThreadPoolExecutor(max_workers=1)
+
+    def index_read(c: RunContents) -> None:
+        checks.append(pool.submit(_file_problems, run_dir, _episode_refs(c)))
+
+    try:
+        c = read_run(run_dir, after_index=index_read)
+        if c.manifest is None and not c.tables:
+            return c
+        index: list[IndexRow] = c.tables["index.jsonl"]
+        file_problems = [p for f in checks for p in f.result()]
+    finally:
+        pool.shutdown(wait=True)
+    if frames:
+        for n, r in zip(c.lines["index.jsonl"], index):
+            for k in range(-(-r.frames // FRAMES_PER_CHUNK)):
+                p = run_dir / frame_chunk(r.path, k * FRAMES_PER_CHUNK)[0]
+                if p.is_file():
+                    _check_strip(c, run_dir, p, n, r, k)
+    c.problems += file_problems
     if c.manifest is not None:
         steps = c.tables["steps.jsonl"]
         last = int(c.columns["steps.jsonl"]["step"].iloc[-1]) if "steps.jsonl" in c.columns else (
@@ -219,6 +246,64 @@ def validate(run_dir: Path, frames: bool = False) -> RunContents:
     if not (run_dir / LOGS).exists() and index:
         c.problems.append(Problem(LOGS, 0, "missing (the human-readable log)", "warning"))
     return c
+
+
+def _episode_refs(c: RunContents) -> list[tuple[int, str, str, str | None, int]]:
+    """(line, id, path, image, frames) of each indexed episode, from columns when the index
+    was read as columns (no records built)."""
+    df = c.columns.get("index.jsonl")
+    if df is not None:
+        images = [v if isinstance(v, str) else None for v in df["image"].tolist()]
+        return list(zip(c.lines["index.jsonl"], df["id"].tolist(), df["path"].tolist(), images, df["frames"].tolist()))
+    return [(n, r.id, r.path, r.image, r.frames) for n, r in zip(c.lines["index.jsonl"], c.tables["index.jsonl"])]
+
+
+def _file_problems(run_dir: Path, refs: list[tuple[int, str, str, str | None, int]]) -> list[Problem]:
+    """Missing episode folders, record files and frame strips, and folders no index row names.
+
+    One directory listing of ``episodes/`` and plain ``os.stat`` calls on path strings (a
+    pathlib object per file costs more than the system call)."""
+    out: list[Problem] = []
+    root = str(run_dir) + os.sep
+    try:
+        folders = {e.name for e in os.scandir(root + "episodes") if e.is_dir()}
+    except OSError:
+        folders = set()
+    indexed = set()
+
+    def exists(rel: str) -> bool:
+        try:
+            return stat.S_ISREG(os.stat(root + rel).st_mode)
+        except (OSError, ValueError):
+            return False
+
+    for n, ep, path, image, count in refs:
+        indexed.add(path)
+        parent, _, name = path.rpartition("/")
+        if (parent != "episodes" or name not in folders) and not (run_dir / path).is_dir():
+            out.append(Problem("index.jsonl", n, f"{ep}: episode folder {path} is missing"))
+            continue
+        for rel in (f"{path}/action.json", f"{path}/outcome.json", f"{path}/state/state.json") + (
+                (image,) if image else ()):
+            if not exists(rel):
+                out.append(Problem("index.jsonl", n, f"{ep}: {_rel(run_dir, rel)} is missing", "warning"))
+        for k in range(-(-count // FRAMES_PER_CHUNK)):
+            rel = frame_chunk(path, k * FRAMES_PER_CHUNK)[0]
+            if not exists(rel):
+                out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} is missing"))
+    for name in sorted(folders):
+        if name.startswith("ep_") and f"episodes/{name}" not in indexed:
+            out.append(Problem(f"episodes/{name}", 0, "episode folder not in index.jsonl (in flight when the run "
+                                                       "stopped)", "warning"))
+    return out
+
+
+def _rel(run_dir: Path, rel: str) -> str:
+    """A path as the problems name it: relative to the run, normalised (as given if it is not)."""
+    try:
+        return str((run_dir / rel).relative_to(run_dir))
+    except ValueError:
+        return rel
 
 
 def _check_strip(c: RunContents, run_dir: Path, p: Path, n: int, r: IndexRow, k: int) -> None:

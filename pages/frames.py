@@ -22,6 +22,7 @@ st.caption("Compare up to four frames of the open runs: zoom and pan stay in syn
            "by step, by episode, from an inspection (what the agent retrieved beside what it saw), or by place.")
 open_keys = [k for k, _ in runs]
 by_key = dict(runs)
+ui.follow_live(runs)
 
 refs, ref_errors = parse_frame_refs(ui.qp("frames"))
 for e in ref_errors:
@@ -76,8 +77,9 @@ with tab_ep:
     eps = run.episodes()
     if len(eps):
         c1, c2, c3 = st.columns([4, 2, 2])
-        ep = c1.selectbox("Episode of the focused run", list(eps["id"]), key="w_frames_ep",
-                          format_func=lambda e: f"{e} — {eps.loc[eps['id'] == e, 'summary'].iloc[0][:80]}")
+        labels = dict(zip(eps["id"], eps["summary"].fillna("").str.slice(0, 80)))
+        ep = c1.selectbox("Episode of the focused run", list(labels), key="w_frames_ep",
+                          format_func=lambda e: f"{e} — {labels[e]}")
         ref = run.episode(ep)
         choices = ["end observation"] + ([f"first step ({ref.first_step + 1})", f"last step ({ref.last_step})"]
                                          if ref and ref.frames else [])

@@ -15,6 +15,7 @@ key, run = ui.need_run(focus)
 st.title("Spatial grid")
 st.caption(f"`{key}` · the cells the agent interacted with (append-only grid.jsonl), its paths and deaths; "
            "the second axis grows downwards, as in the game.")
+ui.follow_live([(key, run)])
 ui.show_problems(key, run)
 
 plane = "z" if run.is_3d else "y"
@@ -37,6 +38,8 @@ if rng[0] >= rng[1]:
     rng = (first, last)
 kinds_q = [k for k in split_list(ui.qp("kinds")) if k in GRID_KINDS] or list(GRID_KINDS)
 ui.init_widget("w_grid_range", rng)
+if ui.qp("range") is None:
+    st.session_state["w_grid_range"] = (first, last)
 ui.init_widget("w_kinds", kinds_q)
 
 
@@ -102,7 +105,8 @@ def _on_pick() -> None:
 
 
 st.plotly_chart(fig, width="stretch", key="grid_chart", on_select=_on_pick, selection_mode="points")
-ui.figure_downloads(lambda: figures.grid_figure(key, run), f"spatial_grid_{key.replace('/', '_')}", "single")
+ui.figure_downloads(lambda: figures.grid_figure(key, run, lo=lo, hi=hi, kinds=kinds),
+                    f"spatial_grid_{figures.file_stem(key)}", "single")
 counts = cells["kind"].value_counts() if len(cells) else pd.Series(dtype=int)
 st.caption(" · ".join(f"{k}: {int(counts.get(k, 0))} cells" for k in GRID_KINDS) +
            f" · {len(paths)} path points drawn (of {len(steps)} steps) · click a marker to pick its cell")

@@ -69,14 +69,21 @@ with tab_view:
 with tab_prov:
     prov = av.memory_provenance(run, path, asof)
     removed = int(prov["removed_at"].notna().sum()) if len(prov) else 0
+    contra = int(prov["contradicted_at"].notna().sum()) if len(prov) else 0
     st.caption(f"{len(prov)} line(s); {removed} of them removed or rewritten by a later write (column "
-               "*removed at*). Each line is attributed to the write that last set it.")
+               f"*removed at*), {contra} contradicted later: a fact whose key later says something else or is "
+               "retracted, a procedure later disabled, a plan target dropped before it was reached (columns "
+               "*contradicted at* … *by*). Each line is attributed to the write that last set it.")
     base = {"runs": ui.qp("runs") or key, "run": key}
     prov["episode"] = ["timeline?" + urlencode({**base, "ep": s.split(", ")[0]}) if s else None
                        for s in prov["sources"]]
     st.dataframe(prov, hide_index=True, width="stretch", key="mem_prov",
                  column_config={"text": st.column_config.TextColumn("line", width="large"),
                                 "removed_at": st.column_config.NumberColumn("removed at (step)"),
+                                "contradicted_at": st.column_config.NumberColumn("contradicted at (step)"),
+                                "now": st.column_config.TextColumn("now says"),
+                                "contradicted_by": st.column_config.TextColumn("contradicted by (write)"),
+                                "contradicting_sources": st.column_config.TextColumn("its episodes"),
                                 "episode": st.column_config.LinkColumn("first source", display_text=r"ep=(ep_\d+)")})
     srcs = list(dict.fromkeys(s for v in prov["sources"] for s in v.split(", ") if s)) if len(prov) else []
     if srcs:

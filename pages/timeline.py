@@ -7,9 +7,9 @@ import streamlit as st
 
 from dashboard import charts, figures, ui
 from dashboard.core import parse_int, parse_range
+from dashboard.theme import STATUS_LABELS
 from loaders import views
 from mfm.memory.retrieval import FrameError
-
 
 
 def _fmt(v: float | None) -> str:
@@ -21,7 +21,8 @@ key, run = ui.need_run(focus)
 st.title("Timeline")
 m = run.manifest
 st.caption(f"`{key}` · {m.task if m else '?'} · {m.method if m else '?'} · seed {m.seed if m else '?'} · "
-           f"{run.status} · {len(run.episodes())} episodes")
+           f"{STATUS_LABELS.get(run.status, run.status)} · {len(run.episodes())} episodes")
+ui.follow_live([(key, run)])
 ui.show_problems(key, run)
 if missing := views.absent_records(run):
     st.info(f"This {run.format} run has no {', no '.join(missing)}: those marks are not shown.")
@@ -38,6 +39,8 @@ if rng[0] >= rng[1]:
 color_q = ui.qp("color")
 ui.init_widget("w_color", "outcome" if color_q == "outcome" else "action kind")
 ui.init_widget("w_range", rng)
+if ui.qp("range") is None:
+    st.session_state["w_range"] = (first, last)
 
 
 def _on_range() -> None:
@@ -83,7 +86,8 @@ def _on_bar() -> None:
 
 
 st.plotly_chart(fig, width="stretch", key="timeline_chart", on_select=_on_bar, selection_mode="points")
-ui.figure_downloads(lambda: figures.timeline_figure(key, run), f"timeline_{key.replace('/', '_')}", "double")
+ui.figure_downloads(lambda: figures.timeline_figure(key, run, lo=lo, hi=hi, color_by=color_by),
+                    f"timeline_{figures.file_stem(key)}", "double")
 binned = len(bars) and (bars["count"] > 1).any()
 st.caption(f"Steps {lo}–{hi}: {int(bars['count'].sum()) if len(bars) else 0} episodes"
            + (f" merged into {len(bars)} bars" if binned else "")
@@ -135,13 +139,14 @@ with left:
         st.markdown(f"**Note.** {row.note}")
     ev = marks
     if len(marks):
-        decision = marks["kind"].isin(["search", "inspect"])
+        decision = marks["kind"].isin(views.DECISION_KINDS)
         during = (marks["step"] > row.first_step) & (marks["step"] <= row.last_step)
         before = (marks["step"] >= row.first_step) & (marks["step"] < row.last_step)
         ev = marks[(marks["life"] == row.life) & ((decision & before) | (~decision & during))]
     if len(ev):
         st.markdown("**Marks in this episode.**")
-        st.dataframe(ev[["step", "kind", "label"]], hide_index=True, width="stretch")
+        st.dataframe(ev[["step", "kind", "label"]].assign(label=ev["label"].str.replace("<br>", " · ")),
+                     hide_index=True, width="stretch")
 with right:
     tabs = st.tabs(["state.json", "action.json", "outcome.json", "steps"])
     for tab, (name, obj) in zip(tabs, (("state.json", d.state), ("action.json", d.action),
@@ -153,6 +158,28 @@ with right:
                 st.json(obj, expanded=1)
     with tabs[3]:
         st.dataframe(d.steps.drop(columns=["episode"], errors="ignore"), hide_index=True, width="stretch", height=260)
+
+if row.turn is not None:
+    reqs = views.model_calls(run.turns(), row.turn)
+    if len(reqs):
+        st.markdown(f"**Model requests of turn {row.turn}** ({len(reqs)}; ✓ ok, ↻ failed then retried, "
+                    "✗ failed and the policy gave up)")
+        st.dataframe(reqs[["request", "status", "model", "prompt_tokens", "completion_tokens", "latency_s", "cost_usd",
+                           "tool_calls", "error", "prompt_chars", "prompt_sha256"]],
+                     hide_index=True, width="stretch", key="model_requests",
+                     column_config={"request": st.column_config.NumberColumn("#", width="small"),
+                                    "prompt_tokens": st.column_config.NumberColumn("tokens in", format="%d"),
+                                    "completion_tokens": st.column_config.NumberColumn("tokens out", format="%d"),
+                                    "latency_s": st.column_config.NumberColumn("latency (s)", format="%.3f"),
+                                    "cost_usd": st.column_config.NumberColumn("cost (USD)", format="%.5f"),
+                                    "tool_calls": st.column_config.TextColumn("tool calls in the reply", width="large"),
+                                    "error": st.column_config.TextColumn("failure", width="medium")})
+    calls = views.turn_calls(run.turns(), row.turn)
+    if len(calls):
+        with st.expander(f"Every call of turn {row.turn} with its result ({len(calls)})"):
+            st.dataframe(calls, hide_index=True, width="stretch", key="turn_calls",
+                         column_config={"args": st.column_config.TextColumn("args", width="large"),
+                                        "result": st.column_config.TextColumn("result", width="large")})
 
 if row.frames:
     st.markdown("**Frame strip**")

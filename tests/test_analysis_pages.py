@@ -256,7 +256,8 @@ def test_write_figures_files_are_valid(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "figs"
     written = figures.write_figures([root], out, window=3)
     names = {p.name for p in written}
-    for stem in ("steps_per_turn", "retargeting", "progress", "timeline_mfm_s0", "spatial_grid_vista_s0"):
+    for stem in ("steps_per_turn", "retargeting", "progress", "timeline_mfm_s0", "spatial_grid_vista_s0",
+                 "provenance_mfm_s0"):
         assert {f"{stem}.{x}" for x in ("svg", "pdf", "png", "json")} <= names
     for p in written:
         if p.suffix == ".svg":

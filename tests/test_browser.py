@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import parse_qs, urlencode, urlparse
@@ -28,9 +29,11 @@ REPO = Path(__file__).resolve().parent.parent
 """The checkout under test: the server runs its ``mfm.cli`` (not whatever ``mfm`` is installed)."""
 SHOTS = REPO / "test-artifacts" / "screenshots"
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file() and not os.environ.get("MFM_REQUIRE_BROWSER"),
-                                reason=f"no Chromium at {CHROMIUM} (set MFM_CHROMIUM or apt-get install chromium); "
-                                       "CI sets MFM_REQUIRE_BROWSER so that this fails instead")
+needs_browser = pytest.mark.skipif(
+    not Path(CHROMIUM).is_file() and not os.environ.get("MFM_REQUIRE_BROWSER"),
+    reason=f"no Chromium at {CHROMIUM} (set MFM_CHROMIUM or apt-get install chromium); "
+           "CI sets MFM_REQUIRE_BROWSER so that this fails instead")
+pytestmark = needs_browser
 
 
 def free_port() -> int:
@@ -39,12 +42,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    root = make_root(tmp_path_factory.mktemp("runs"), crafter_steps=300)
+@contextmanager
+def dashboard(root: Path, log_dir: Path) -> Iterator[str]:
+    """`mfm dashboard ROOT` on a free port, as a subprocess of this checkout; yields its URL."""
     port = free_port()
     cmd = [sys.executable, "-m", "mfm.cli", "dashboard", str(root), "--port", str(port)]
-    log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
+    log = open(log_dir / "server.log", "w+")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
@@ -64,13 +67,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     if proc.poll() is not None:
         log.seek(0)
         pytest.fail(f"the dashboard exited:\n{log.read()}")
-    yield base, root
-    os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    root = make_root(tmp_path_factory.mktemp("runs"), crafter_steps=300)
+    with dashboard(root, tmp_path_factory.mktemp("log")) as base:
+        yield base, root
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +255,9 @@ def test_escape_attempt_is_refused_in_the_browser(server, page) -> None:
 ANALYSIS_PAGES = [("retargeting", "Retargeting", "Per method, pooled over seeds"),
                   ("steps_per_turn", "Steps per turn", "Pooled over seeds"),
                   ("memory", "Memory", "mine/GUIDE.md"),
+                  ("provenance", "Provenance", "node(s)"),
                   ("progress", "Progress", "Reach: age of retrieved episodes"),
+                  ("echo", "Echo", "attempt at a goal"),
                   ("sql", "SQL", "Tables and columns")]
 
 
@@ -252,3 +266,42 @@ def test_analysis_pages_render(server, page, path: str, title: str, text: str) -
     base, _ = server
     page.goto(url(base, path, runs=f"{SYNTHETIC},{NESTED}", run=SYNTHETIC))
     check(page, path, title, text)
+
+
+def test_provenance_click_picks_a_node(server, page) -> None:
+    base, _ = server
+    page.goto(url(base, "provenance", runs=SYNTHETIC))
+    settle(page)
+    assert "node" not in query(page)
+    click_point(page, ".js-plotly-plot .scatterlayer .trace .points path", 5)
+    page.wait_for_function("() => location.search.includes('node=')", timeout=20_000)
+    node = query(page)["node"]
+    check(page, "provenance_clicked", "Provenance", "in Timeline", tall=2400)
+    other = page.context.browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+    other.goto(page.url)
+    check(other, "provenance_deeplink", "in Timeline")
+    assert query(other)["node"] == node
+    other.context.close()
+
+
+def downloaded_manifest(pg) -> dict:
+    """Click the page's Manifest JSON button and read the file the browser saves."""
+    import json
+
+    with pg.expect_download(timeout=60_000) as dl:
+        pg.get_by_role("button", name="Manifest JSON").click()
+    return json.loads(Path(dl.value.path()).read_text())
+
+
+def test_figure_manifests_record_the_page_filters(server, page) -> None:
+    base, _ = server
+    page.goto(url(base, "provenance", runs=SYNTHETIC, run=SYNTHETIC, range="20-60"))
+    settle(page)
+    m = downloaded_manifest(page)
+    assert m["filters"]["range"] == [20, 60] and m["steps"] == [20, 60]
+    assert m["view"]["range"] == "20-60" and "range=20-60" in m["deep_link"]
+    page.goto(url(base, "steps_per_turn", runs=f"{SYNTHETIC},{NESTED}", window="10"))
+    settle(page)
+    m = downloaded_manifest(page)
+    assert m["filters"] == {"window": 10} and m["view"]["window"] == "10"
+    assert {r["key"] for r in m["runs"]} == {SYNTHETIC, NESTED}

@@ -132,3 +132,23 @@ def test_csd_from_dict_rejects_bad_input():
         CSD.from_dict({"id": "x"})
     with pytest.raises(ValueError, match="status"):
         CSD.from_dict({"id": "x", "task": "t", "status": "maybe"})
+
+
+def test_a_repeated_success_is_named_by_what_it_gave():
+    from mfm.echo.ical import task_name
+
+    again = attempt("do", {"wood": 1}, {"wood": 2}, ["tree"], target="tree")
+    assert task_name(again) == "collect_wood"
+    cow = attempt("do", {"food": 3}, {"food": 9}, ["cow"], target="cow")
+    assert task_name(cow) == "eat_cow"
+    assert task_name(attempt("do", {}, {}, ["stone"], target="stone")) == "collect_stone"
+    assert task_name(attempt("do", {}, {}, ["zombie"], target="zombie")) == "defeat_zombie"
+
+
+def test_a_failed_task_is_no_donor(library: CSDLibrary):
+    library.put(describe(attempt("make_stone_sword", {"stone": 3}, {"stone": 3}, ["table"]), False))
+    rep = library.get("task:make_wood_pickaxe")
+    matches = library.similar(rep, k=6, statuses=("verified", "failed"))
+    assert any(m.csd.status == "failed" for m in matches)
+    for c in induce(rep, matches, library, VOCAB):
+        assert all(e["id"] != "task:make_stone_sword" for e in c.induced_from)

@@ -124,10 +124,11 @@ def test_folders_that_are_not_runs(tmp_path, setup, message, capsys):
 def test_fast_path_reads_what_the_tolerant_reader_reads(written_run, tmp_path, monkeypatch):
     import mfm.fastread
     from mfm.fastread import read_columns
-    from mfm.schema import GridRow, StepRow, read_table
+    from mfm.schema import GridRow, IndexRow, StepRow, TurnRow, read_table
 
     monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
-    for name, rtype, order in (("steps.jsonl", StepRow, "step"), ("grid.jsonl", GridRow, None)):
+    for name, rtype, order in (("steps.jsonl", StepRow, "step"), ("grid.jsonl", GridRow, None),
+                               ("index.jsonl", IndexRow, None), ("turns.jsonl", TurnRow, None)):
         df = read_columns(written_run.dir / name, rtype, order)
         assert df is not None, name
         c = validate(written_run.dir)
@@ -141,6 +142,15 @@ def test_fast_path_reads_what_the_tolerant_reader_reads(written_run, tmp_path, m
     lambda ls: ls[:5] + [ls[4]] + ls[5:],
     lambda ls: ls[:-1] + [ls[-1][:20]],
     lambda ls: ls[:2] + [ls[2].replace(b'"episode":"', b'"episode":1,"x":"')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"life":0', b'"life":0.5')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"life":0', b'"life":true')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"life":0', b'"life":-1')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"inventory":{', b'"inventory":{"zz":null,')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"inventory":{', b'"inventory":{"zz":1.5,')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"facing":[', b'"facing":[7,')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"unlocked":[', b'"unlocked":[null,')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"x":', b'"x":1e9,"y0":')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"action":"', b'"action":"\xff')] + ls[3:],
 ])
 def test_fast_path_falls_back_on_any_damage(written_run, tmp_path, monkeypatch, damage):
     import mfm.fastread
@@ -152,6 +162,41 @@ def test_fast_path_falls_back_on_any_damage(written_run, tmp_path, monkeypatch, 
     c = validate(run)
     assert "steps.jsonl" not in c.columns
     assert [x for x in c.problems if x.file == "steps.jsonl"], "the tolerant reader reports the damage"
+
+
+@pytest.mark.parametrize("damage", [
+    lambda ls: ls[:2] + [ls[1]] + ls[2:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"id":"ep_', b'"id":"episode_')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"frames":', b'"frames":99')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"kind":"episode"', b'"kind":"other"')] + ls[3:],
+    lambda ls: ls[:2] + [ls[2].replace(b'"tags":[', b'"tags":[3,')] + ls[3:],
+])
+def test_index_fast_path_falls_back_on_any_damage(written_run, tmp_path, monkeypatch, damage):
+    _check_fallback(written_run, tmp_path, monkeypatch, "index.jsonl", damage)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda ls: ls[:1] + [ls[1].replace(b'"calls":[', b'"calls":[{"tool":"fly"},')] + ls[2:],
+    lambda ls: ls[:1] + [ls[1].replace(b'"targets":[', b'"targets":[{"kind":"go_to","x":"1","y":2},')] + ls[2:],
+    lambda ls: ls[:1] + [ls[1].replace(b'"targets":[', b'"targets":[{"kind":"jump","x":1,"y":2},')] + ls[2:],
+    lambda ls: ls[:1] + [ls[1].replace(b'"episodes":[', b'"episodes":[7,')] + ls[2:],
+])
+def test_turns_fast_path_falls_back_on_any_damage(written_run, tmp_path, monkeypatch, damage):
+    _check_fallback(written_run, tmp_path, monkeypatch, "turns.jsonl", damage)
+
+
+def _check_fallback(written_run, tmp_path, monkeypatch, name, damage):
+    import mfm.fastread
+
+    monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+    run = _damage(written_run, tmp_path)
+    p = run / name
+    before = p.read_bytes()
+    p.write_bytes(b"".join(damage(before.splitlines(keepends=True))))
+    assert p.read_bytes() != before, "the damage applies"
+    c = validate(run)
+    assert name not in c.columns
+    assert [x for x in c.problems if x.file == name], "the tolerant reader reports the damage"
 
 
 def test_an_enormous_line_is_skipped_not_loaded(written_run, tmp_path):
@@ -166,6 +211,19 @@ def test_an_enormous_line_is_skipped_not_loaded(written_run, tmp_path):
     bad = [x for x in c.problems if x.file == "grid.jsonl"]
     assert [(x.line, x.severity) for x in bad] == [(3, "error")] and "longer than" in bad[0].message
     assert len(c.tables["grid.jsonl"]) == len(lines)
+
+
+def test_an_enormous_valid_line_is_not_taken_by_the_fast_path(written_run, tmp_path):
+    from mfm.schema import MAX_LINE_BYTES
+
+    run = _damage(written_run, tmp_path)
+    p = run / "steps.jsonl"
+    lines = p.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"action":"', b'"action":"' + b"x" * (MAX_LINE_BYTES + 10))
+    p.write_bytes(b"".join(lines))
+    c = validate(run)
+    assert "steps.jsonl" not in c.columns
+    assert [(x.line, "longer than" in x.message) for x in c.problems if x.file == "steps.jsonl"] == [(2, True)]
 
 
 def test_missing_and_empty_tables_are_an_empty_run_not_an_error(written_run, tmp_path):

@@ -1,11 +1,16 @@
 """Regenerate the sample runs, byte-identical when nothing changed.
 
-    python -m mfm.agent.samples            # writes every run of SAMPLES under sample_runs/
+    python -m mfm.agent.samples            # writes every run of SAMPLES and ECHO_SAMPLES under sample_runs/
     python -m mfm.agent.samples --check    # regenerate elsewhere and compare every byte
+    python -m mfm.agent.samples --only echo [--check]   # the Echo learner samples alone
 
 ``diamond_mfm_s2`` is a full MFM diamond run (12,000-step budget; it ends at the diamond).
 The comparison set runs the four methods on the same seed (2) with a reduced budget of
 2,500 env steps, named ``diamond_METHOD_s2_2500steps``, so that sample_runs/ stays small.
+
+``echo/ical_s1`` and ``echo/passive_s1`` are Echo learner runs (``mfm echo run``) of the
+same seed with a reduced number of Echo episodes, for the Echo page; they are a separate
+step (``--only echo``) so that regenerating them leaves the diamond samples alone.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from pathlib import Path
 
 from mfm.agent.config import RunConfig
 from mfm.agent.runner import Runner
+from mfm.echo.agent import run_learner
 
 COMPARISON_SEED, COMPARISON_STEPS = 2, 2500
 SAMPLES: tuple[tuple[str, str, str, int, int | None], ...] = (
@@ -27,12 +33,18 @@ SAMPLES: tuple[tuple[str, str, str, int, int | None], ...] = (
 )
 """(folder, task, method, seed, step budget or None for the task's)."""
 COMMAND = "python -m mfm.agent.samples"
+ECHO_SEED, ECHO_EPISODES = 5, 12
+ECHO_SAMPLES: tuple[tuple[str, str, int, int], ...] = tuple(
+    (f"echo/{c}_s{ECHO_SEED}", c, ECHO_SEED, ECHO_EPISODES) for c in ("ical", "passive"))
+"""(folder, Echo configuration, seed, Echo episodes); the learner always uses the fixed clock."""
+GROUPS = ("all", "diamond", "echo")
 
 
-def generate(root: Path, quiet: bool = False) -> list[Path]:
-    """Write every sample run under ``root`` (replacing old copies) with the fixed clock."""
+def generate(root: Path, quiet: bool = False, only: str = "all") -> list[Path]:
+    """Write every sample run of the group ``only`` under ``root`` (replacing old copies)
+    with the fixed clock."""
     out = []
-    for name, task, method, seed, steps in SAMPLES:
+    for name, task, method, seed, steps in SAMPLES if only in ("all", "diamond") else ():
         final = root / name
         with tempfile.TemporaryDirectory(dir=root) as tmp:
             work = Path(tmp) / name
@@ -42,7 +54,23 @@ def generate(root: Path, quiet: bool = False) -> list[Path]:
                 shutil.rmtree(final)
             shutil.move(str(work), str(final))
         out.append(final)
+    for name, config, seed, episodes in ECHO_SAMPLES if only in ("all", "echo") else ():
+        final = root / name
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=final.parent) as tmp:
+            work = Path(tmp) / final.name
+            run_learner(config, seed, work, episodes=episodes, command=f"{COMMAND} --only echo  # {name}")
+            if final.exists():
+                shutil.rmtree(final)
+            shutil.move(str(work), str(final))
+        out.append(final)
     return out
+
+
+def names(only: str) -> list[str]:
+    """Folders of the sample runs in group ``only``."""
+    return [n for n, *_ in SAMPLES if only in ("all", "diamond")] + \
+        [n for n, *_ in ECHO_SAMPLES if only in ("all", "echo")]
 
 
 def same_tree(a: Path, b: Path) -> list[str]:
@@ -60,17 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default="sample_runs")
     ap.add_argument("--check", action="store_true", help="regenerate in a temp folder and diff against --root")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--only", choices=GROUPS, default="all", help="which sample runs (default: all)")
     args = ap.parse_args(argv)
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     if not args.check:
-        for p in generate(root, args.quiet):
+        for p in generate(root, args.quiet, args.only):
             print(f"wrote {p}")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        generate(Path(tmp), args.quiet)
+        generate(Path(tmp), args.quiet, args.only)
         bad = []
-        for name, *_ in SAMPLES:
+        for name in names(args.only):
             bad += [f"{name}/{d}" for d in same_tree(root / name, Path(tmp) / name)]
     for d in bad:
         print(f"differs: {d}")

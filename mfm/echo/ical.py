@@ -22,10 +22,19 @@ from typing import Iterable, Sequence
 from mfm.echo.csd import AXES, CSD, CSD_VERSION
 from mfm.echo.library import CSDLibrary, Match
 
+CHAIN = 6
+"""Steps kept in a descriptor's ``proc.chain`` (its ordered plan)."""
 STATIONS = ("table", "furnace", "water", "lava", "grass", "sand", "tree", "stone", "coal", "iron", "diamond")
 ROLES = {"pickaxe": "tool", "sword": "weapon", "table": "station", "furnace": "station", "plant": "food",
          "sapling": "seed", "cow": "food", "drink": "drink", "wood": "material", "stone": "material",
          "coal": "material", "iron": "material", "diamond": "material", "zombie": "enemy", "skeleton": "enemy"}
+
+
+BLANK: dict[str, dict] = {
+    "struct": {"near": [], "faces": None}, "attr": {"consumes": {}, "tools": [], "materials": []},
+    "proc": {"chain": [], "gives": {}}, "inter": {"verb": None, "action": None, "target": None, "failed_contexts": []}}
+"""What an induced candidate holds on an axis the analogy may not use (the name-derived
+``func`` axis is always rebuilt from the new task's name)."""
 
 
 @dataclass(frozen=True)
@@ -39,19 +48,29 @@ class Attempt:
     nearby: tuple[str, ...]
     unlocked: tuple[str, ...] = ()
     chain: tuple[str, ...] = ()
+    """The ordered plan behind the try: the known tasks that gave what it used (items,
+    tools) and placed the stations within reach."""
     episodes: tuple[str, ...] = ()
     step: int = 0
 
 
 def task_name(a: Attempt) -> str:
     """What the attempt was for: the achievement it unlocked, else the action's own name
-    (``make_*``, ``place_*``), else ``collect_<target>`` / ``defeat_<target>`` for ``do``."""
+    (``make_*``, ``place_*``); for ``do``: ``collect_<item>`` for the item it gave (a repeat
+    of a success unlocks nothing), else ``defeat_``/``eat_``/``collect_<target>`` by the
+    target's role."""
     if a.unlocked:
         return a.unlocked[0]
     if a.action.startswith(("make_", "place_")):
         return a.action
     if a.action == "do" and a.target:
-        return f"{'defeat' if ROLES.get(a.target) == 'enemy' else 'collect'}_{a.target}"
+        _, gained = _delta(a)
+        role = ROLES.get(a.target)
+        if "food" in gained or (not gained and role == "food"):
+            return f"eat_{a.target}"
+        if gained:
+            return f"collect_{sorted(gained)[0]}"
+        return f"{'defeat' if role == 'enemy' else 'collect'}_{a.target}"
     return a.action
 
 
@@ -84,8 +103,9 @@ def describe(a: Attempt, success: bool, *, run_id: str = "", time: str = "") -> 
         meta={"time": time, "source": "crafter", "version": CSD_VERSION, "run": run_id, "step": a.step},
         struct={"near": near, "faces": a.target},
         attr={"consumes": consumed if success else {}, "tools": tools if success else [],
-              "materials": sorted({m for m in (material, *consumed, *gained) if m and ROLES.get(m) == "material"})},
-        proc={"chain": list(a.chain[-4:]), "gives": gained if success else {}},
+              "materials": sorted({m for m in (material, *consumed, *gained, *a.nearby)
+                                   if m and ROLES.get(m) == "material"})},
+        proc={"chain": list(a.chain[-CHAIN:]), "gives": gained if success else {}},
         func={"product": f"{material}_{form}" if material else form, "form": form,
               "role": ROLES.get(form, "other"), "material": material},
         inter={"verb": verb, "action": a.action, "target": a.target,
@@ -111,9 +131,10 @@ def refine(known: CSD, a: Attempt, success: bool) -> CSD:
             k for k in ctx["have"] if ROLES.get(k.split("_")[-1]) in ("tool", "weapon") and k not in consumed)
         if known.successes:
             tools = sorted(set(tools) & set(ctx["have"]))
+        chain = known.proc.get("chain", []) if known.successes else list(a.chain[-CHAIN:])
         known = replace(known, struct={**known.struct, "near": near},
                         attr={**known.attr, "consumes": consumed, "tools": tools},
-                        proc={**known.proc, "gives": gained or known.proc.get("gives", {})})
+                        proc={**known.proc, "chain": chain, "gives": gained or known.proc.get("gives", {})})
     else:
         fails = list(known.inter.get("failed_contexts", []))
         if ctx not in fails:
@@ -133,7 +154,7 @@ def induce(rep: CSD, matches: Sequence[Match], library: CSDLibrary, vocabulary: 
 
     ``vocabulary``: task names the agent can name (its action names and the goals it was
     told of); a candidate outside it is not proposed. ``axes``: the axes the analogy may
-    use (an ablation removes one)."""
+    use (an ablation removes one: the candidate then carries nothing on that axis)."""
     vocab = set(vocabulary)
     verb, material, form = slots(rep.task)
     exemplars = [m.csd for m in matches]
@@ -166,10 +187,13 @@ def induce(rep: CSD, matches: Sequence[Match], library: CSDLibrary, vocabulary: 
 def _candidate(rep: CSD, task: str, old: str, new: str, exemplars: list[CSD], matches: Sequence[Match],
                axes: Sequence[str]) -> CSD:
     """The predicted descriptor of ``task``: ``rep`` with the slot replaced, then each axis
-    corrected from the exemplar that shares the new value (if that axis may be used)."""
+    corrected from the exemplar that shares the new value (if that axis may be used): the most
+    similar verified one whose name holds it, else one whose materials hold it."""
     body = {a: _substitute(rep.axis(a), old, new) for a in AXES}
     evidence = [{"id": rep.id, "role": "representative", "score": 1.0}]
-    donor = next((e for e in exemplars if new in slots(e.task) or new in e.attr.get("materials", [])), None)
+    verified = [e for e in exemplars if e.status == "verified"]
+    donor = next((e for e in verified if new in slots(e.task)), None) or \
+        next((e for e in verified if new in e.attr.get("materials", [])), None)
     if donor is not None:
         m = next(m for m in matches if m.csd.id == donor.id)
         evidence.append({"id": donor.id, "role": f"shares {new}", "score": round(m.score, 4),
@@ -181,10 +205,11 @@ def _candidate(rep: CSD, task: str, old: str, new: str, exemplars: list[CSD], ma
         if "struct" in axes and dmat == new:
             body["struct"] = {**body["struct"], "near": list(donor.struct.get("near", []))}
         if "proc" in axes:
-            body["proc"] = {**body["proc"], "chain": list(dict.fromkeys(donor.proc.get("chain", []) +
-                                                                         [donor.task]))[-4:]}
-    if "inter" not in axes:
-        body["inter"] = {"verb": None, "action": None, "target": None, "failed_contexts": []}
+            steps = donor.proc.get("chain", []) + [donor.task] + body["proc"].get("chain", [])
+            body["proc"] = {**body["proc"], "chain": [t for t in dict.fromkeys(steps) if t != task][-CHAIN:]}
+    for a in AXES:
+        if a not in axes and a != "func":
+            body[a] = dict(BLANK[a])
     verb, material, form = slots(task)
     body["func"] = {**body["func"], "product": f"{material}_{form}" if material else form, "form": form,
                     "material": material}

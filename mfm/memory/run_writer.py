@@ -1,8 +1,9 @@
 """The run directory writer: one object that owns every append-only file of a run.
 
-Each episode is committed whole by :meth:`RunWriter.end_episode`: its folder first, then
-its trace, grid, milestone and life rows, then its index row (the commit marker), then
-the log section and the manifest. Everything is flushed there, at the episode boundary,
+Each episode is committed whole by :meth:`RunWriter.end_episode`: its folder first (the
+images encoded on a background thread meanwhile), then its trace, grid, milestone and life
+rows, then, once the images are on disk, its index row (the commit marker), then the log
+section and the manifest. Everything is flushed there, at the episode boundary,
 so a process killed at any moment loses at most the episode in flight.
 """
 from __future__ import annotations
@@ -68,6 +69,7 @@ class RunWriter:
         self.grid.flush()
         self._milestones.flush()
         self._lives.flush()
+        self.episodes.wait()
         self.index.append(row)
         self.index.flush()
         self._log_section(row, log_lines)
@@ -108,5 +110,6 @@ class RunWriter:
         for log in (self._steps, self._turns, self._milestones, self._lives):
             log.flush()
         self.grid.flush()
+        self.episodes.close()
         self.index.flush()
         self.update_manifest(status=status, end_reason=end_reason, ended_at=self.clock())

@@ -1,0 +1,64 @@
+"""Script time of one dashboard page through Streamlit's AppTest, in this (fresh) process.
+
+    python -m bench.apptimes ROOT PAGE [RUN ...]
+
+Prints one JSON object: the page's first script run (``cold``: nothing cached, the run
+opened by the page itself; the libraries the pages use are imported beforehand, as a
+running dashboard has them), a rerun (``warm``: Streamlit caches and the opened run kept)
+and the process's peak resident memory. ``RUN`` keys (paths under ROOT) are put in the
+URL as the open runs, the first one focused, as a user would arrive from a link.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+PRELOAD = ("altair", "plotly.express", "plotly.graph_objects", "dashboard.charts", "loaders.views")
+"""Imported before timing: a running dashboard has them loaded already."""
+
+
+def page_times(root: Path, page: str, runs: list[str]) -> dict:
+    """Cold and warm script time of ``page`` (a key of ``dashboard.ui.PAGE_SPECS``)."""
+    os.environ["MFM_RUNS_ROOT"] = str(root)
+    for module in PRELOAD:
+        importlib.import_module(module)
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard.ui import PAGE_SPECS
+
+    at = AppTest.from_file(str(APP), default_timeout=600)
+    if runs:
+        at.query_params["runs"] = ",".join(runs)
+        at.query_params["run"] = runs[0]
+    if page != "runs":
+        at.switch_page(f"../pages/{PAGE_SPECS[page][0]}")
+    t = time.perf_counter()
+    at.run()
+    cold = time.perf_counter() - t
+    errors = [str(e.value) for e in at.exception]
+    t = time.perf_counter()
+    at.run()
+    warm = time.perf_counter() - t
+    errors += [str(e.value) for e in at.exception]
+    return {"page": page, "cold_s": cold, "warm_s": warm, "errors": errors,
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: unlike ``ru_maxrss``, not inherited
+    from the parent that started it)."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+if __name__ == "__main__":
+    print(json.dumps(page_times(Path(sys.argv[1]), sys.argv[2], sys.argv[3:])))

@@ -1,0 +1,153 @@
+"""Echo views of learner runs (``csd.jsonl`` and ``echo.jsonl``): unlock curves per
+configuration, the analogy graph (which task was induced from which exemplars, along which
+axes, and whether it worked), and the descriptors themselves. Plain functions, no Streamlit."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from loaders import analysis_views as av
+from mfm.echo.csd import AXES, CSD
+from mfm.echo.library import CSD_FILE
+from mfm.echo.measure import LearnerRun, read_run
+from mfm.schema import Problem, iter_jsonl
+
+STATUS_COLORS = {"verified": "#1b9e77", "failed": "#d62728", "candidate": "#999999"}
+
+
+def has_csd(run_dir: Path) -> bool:
+    """Whether a run holds a CSD library."""
+    return (Path(run_dir) / CSD_FILE).is_file()
+
+
+def read_csds(run_dir: Path) -> tuple[dict[str, CSD], list[Problem]]:
+    """The latest version of every descriptor of a run (later lines win), and damaged lines.
+
+    Read without vectorising (the stored vectors are not needed to show a descriptor)."""
+    latest: dict[str, CSD] = {}
+    problems = []
+    for n, obj, problem in iter_jsonl(Path(run_dir) / CSD_FILE):
+        if problem:
+            problems.append(problem)
+            continue
+        try:
+            c = CSD.from_dict(obj)
+        except (ValueError, TypeError) as e:
+            problems.append(Problem(CSD_FILE, n, f"{e}, skipped"))
+            continue
+        latest[c.id] = c
+    return latest, problems
+
+
+def unlock_bands(runs: Iterable[LearnerRun]) -> pd.DataFrame:
+    """Per configuration: mean and min-max band over seeds of distinct achievements unlocked
+    after each Echo episode (column ``step`` holds the Echo episode, 1-based)."""
+    series = [(r.config, r.seed, pd.DataFrame({"step": range(1, len(r.curve()) + 1), "unlocked": r.curve()}))
+              for r in runs]
+    return av.seed_bands(series, "unlocked", points=200, hold=True)
+
+
+def learner_runs(paths: Iterable[Path]) -> tuple[list[LearnerRun], list[tuple[Path, Problem]]]:
+    """The learner runs among ``paths`` (those with an ``echo.jsonl``), with damaged lines."""
+    out, problems = [], []
+    for p in paths:
+        run, probs = read_run(Path(p))
+        problems += [(Path(p), q) for q in probs]
+        if run is not None:
+            out.append(run)
+    return out, problems
+
+
+def _axis_label(axes: dict) -> str:
+    top = sorted(axes.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{a} {v:.2f}" for a, v in top if v > 0) or "no shared axis"
+
+
+def analogy_edges(csds: dict[str, CSD]) -> pd.DataFrame:
+    """One row per (exemplar -> induced task) link: the exemplar's role (representative, or
+    the exemplar that shares the substituted value), the per-axis similarity it carried,
+    and the induced task's status now."""
+    rows = []
+    for c in csds.values():
+        for e in c.induced_from:
+            if not isinstance(e, dict) or "id" not in e:
+                continue
+            axes = {a: float(v) for a, v in (e.get("axes") or {}).items() if a in AXES}
+            rows.append({"source": str(e["id"]).removeprefix("task:"), "target": c.task, "role": e.get("role", ""),
+                         "score": float(e.get("score", 0.0)), "axes": _axis_label(axes) if axes else "representative",
+                         "status": c.status, "successes": c.successes, "failures": c.failures})
+    return pd.DataFrame(rows, columns=["source", "target", "role", "score", "axes", "status", "successes",
+                                       "failures"])
+
+
+def analogy_figure(csds: dict[str, CSD], edges: pd.DataFrame) -> go.Figure:
+    """The analogy graph: exemplars on the left, each induced task one column right of its
+    latest exemplar; edges labelled with the axes that carried the analogy; node colour is
+    the task's status (verified, failed, candidate)."""
+    depth: dict[str, int] = {}
+    sources = edges.groupby("target")["source"].apply(list).to_dict() if len(edges) else {}
+
+    def level(task: str, seen: frozenset = frozenset()) -> int:
+        if task in depth:
+            return depth[task]
+        srcs = [s for s in sources.get(task, []) if s != task and s not in seen]
+        depth[task] = 0 if not srcs else 1 + max(level(s, seen | {task}) for s in srcs)
+        return depth[task]
+
+    names = list(dict.fromkeys(list(edges["source"]) + list(edges["target"]))) if len(edges) else []
+    for n in names:
+        level(n)
+    pos: dict[str, tuple[float, float]] = {}
+    for d in sorted(set(depth.values())):
+        col = sorted(n for n in names if depth[n] == d)
+        for i, n in enumerate(col):
+            pos[n] = (float(d), -float(i))
+    fig = go.Figure()
+    for r in edges.itertuples():
+        (x0, y0), (x1, y1) = pos[r.source], pos[r.target]
+        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
+                                 line=dict(color=STATUS_COLORS.get(r.status, "#999999"), width=1.2,
+                                           dash="solid" if r.role == "representative" else "dot")))
+        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=r.axes, showarrow=False, font=dict(size=9),
+                           bgcolor="rgba(255,255,255,0.7)")
+    for status, color in STATUS_COLORS.items():
+        ns = [n for n in names if (csds.get(f"task:{n}").status if csds.get(f"task:{n}") else "verified") == status]
+        if not ns:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[pos[n][0] for n in ns], y=[pos[n][1] for n in ns], mode="markers+text", name=status,
+            text=ns, textposition="top center", marker=dict(size=14, color=color, line=dict(width=1, color="#333")),
+            customdata=ns, hovertemplate="%{customdata}<extra>" + status + "</extra>"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(height=max(320, 70 * max((sum(1 for n in names if depth[n] == d)
+                                                for d in set(depth.values())), default=1)),
+                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h"))
+    return fig
+
+
+def csd_table(csds: dict[str, CSD]) -> pd.DataFrame:
+    """One row per descriptor: task, status, outcome counts, linked episodes, induced or learned."""
+    rows = [{"id": c.id, "task": c.task, "status": c.status, "successes": c.successes, "failures": c.failures,
+             "episodes": len(c.episodes), "induced": bool(c.induced_from)} for c in csds.values()]
+    return pd.DataFrame(rows, columns=["id", "task", "status", "successes", "failures", "episodes", "induced"])
+
+
+def csd_axes(c: CSD) -> dict[str, dict]:
+    """The symbolic content of a descriptor: meta and the five axes (no vectors)."""
+    return {"meta": c.meta, **{a: c.axis(a) for a in AXES}}
+
+
+def attempts_table(run: LearnerRun) -> pd.DataFrame:
+    """The Echo episodes of a run: goal, how it was tried, outcome, what it unlocked."""
+    rows = [{"episode": a["episode"], "goal": a.get("goal"), "how": a.get("how"), "success": bool(a.get("success")),
+             "new": ", ".join(a.get("new") or []), "unlocked": len(a.get("unlocked") or []),
+             "steps": (a.get("last_step") or 0) - (a.get("first_step") or 0),
+             "mfm_episodes": len(a.get("mfm_episodes") or []),
+             "induced": json.dumps([i.get("induced") for i in a.get("induction") or [] if i.get("induced")])}
+            for a in run.attempts]
+    return pd.DataFrame(rows)

@@ -1,0 +1,192 @@
+"""Provenance: the agent's own memory as a graph of versions linked to the episodes behind them.
+
+Knowledge lines (GUIDE.md), procedure versions (disabled ones marked), plan versions and other
+``mine/`` files, each linked to the episodes it cites, to its previous version, and — for a
+disabled procedure — to the episodes that disabled it. Long histories are aggregated so the
+browser never gets more than ~1,500 nodes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, figures, ui
+from dashboard.core import parse_range
+from loaders import provenance as pv
+from loaders import views
+from mfm.memory.retrieval import FrameError
+
+STRIPS = 4  # linked episodes shown with a frame strip under a picked node (the others are listed)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _graph(path: str, sig: tuple) -> pv.Graph:
+    return pv.build_graph(ui.get_run(Path(path)))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _view(path: str, sig: tuple, lo: int, hi: int) -> pv.Graph:
+    return pv.view(_graph(path, sig), lo, hi)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _detail(path: str, sig: tuple, node_id: str) -> pv.NodeDetail | None:
+    return pv.node_detail(ui.get_run(Path(path)), _graph(path, sig), node_id)
+
+
+_, focus = ui.sidebar(("node", "range"))
+key, run = ui.need_run(focus)
+st.title("Provenance")
+st.caption(f"`{key}` · what the agent wrote into its own memory (`mine/`), version by version, linked to the "
+           "episodes it cites (grey), to the version it revises (dotted), to the episodes that disabled a "
+           "procedure (red) and to the episodes a procedure ran in (green). Time runs downwards; click a node.")
+ui.show_problems(key, run)
+full = _graph(str(run.path), run.signature)
+if not full.nodes:
+    st.info("This run wrote no memory file (methods without a file memory write none).")
+    st.stop()
+if full.problems:
+    with st.expander(f"⚠️ {len(full.problems)} memory write(s) could not be replayed exactly"):
+        st.warning("\n".join(f"- {p}" for p in full.problems[:50]))
+
+steps = [n.step for n in full.nodes]
+first, last = min(steps), max(max(steps), views.step_bounds(run)[1])
+rng = parse_range(ui.qp("range")) or (first, last)
+rng = (max(first, min(rng[0], last)), min(last, max(rng[1], first)))
+st.session_state["w_prov_range"] = rng
+
+
+def _on_range() -> None:
+    lo_, hi_ = st.session_state["w_prov_range"]
+    ui.set_qp(range=None if (lo_, hi_) == (first, last) else f"{lo_}-{hi_}")
+
+
+if last > first:
+    st.slider("Step range (memory written in)", min_value=first, max_value=last, key="w_prov_range",
+              on_change=_on_range)
+lo, hi = st.session_state["w_prov_range"]
+g = _view(str(run.path), run.signature, int(lo), int(hi))
+kinds = g.nodes_frame()["kind"].value_counts() if g.nodes else pd.Series(dtype=int)
+st.caption(f"Steps {lo}–{hi}: {g.total} node(s); drawn: {len(g.nodes)} "
+           f"({', '.join(f'{v} {k}' for k, v in kinds.items())}) and {len(g.edges)} edge(s).")
+for note in g.aggregated:
+    st.info(f"Aggregated to keep the page responsive: {note}. Narrow the step range to see single nodes.",
+            icon=":material/compress:")
+
+node_id = ui.qp("node")
+if node_id and full.node(node_id) is None and g.node(node_id) is None:
+    st.warning(f"Node {node_id!r} from the URL is not in the provenance graph of {key}.")
+    node_id = None
+
+
+def _on_pick() -> None:
+    """Chart selection: the clicked node goes into the URL."""
+    sel = st.session_state.get("prov_chart")
+    for p in (sel["selection"]["points"] if sel and sel.get("selection") else []):
+        cd = p.get("customdata")
+        nid = cd[0] if isinstance(cd, list) and cd else cd
+        if isinstance(nid, str) and (g.node(nid) or full.node(nid)):
+            ui.set_qp(node=nid)
+            st.session_state.pop("w_prov_node", None)
+            break
+
+
+shown = g.where(node_id) if node_id else None
+st.plotly_chart(charts.provenance_figure(g.nodes_frame(), g.edges_frame(), shown.id if shown else None),
+                width="stretch", key="prov_chart", on_select=_on_pick, selection_mode="points")
+ui.figure_downloads(lambda: figures.provenance_figure(key, run, lo=int(lo), hi=int(hi)),
+                    f"provenance_{figures.file_stem(key)}", "double")
+
+labels = {n.id: f"{n.kind} · step {n.step} · {n.label[:100]}" for n in g.nodes}
+options = [n.id for n in sorted(g.nodes, key=lambda n: (n.step, n.kind))]
+if node_id and node_id not in labels:
+    node = full.node(node_id)
+    labels[node_id] = f"{node.kind} · step {node.step} · {node.label[:100]}"
+    options = [node_id, *options]
+
+
+def _on_node() -> None:
+    ui.set_qp(node=st.session_state["w_prov_node"])
+
+
+st.session_state["w_prov_node"] = node_id if node_id in options else None
+st.selectbox("Node", options, key="w_prov_node", on_change=_on_node, format_func=lambda i: labels.get(i, i),
+             placeholder="Pick a node (or click one in the graph)")
+if not node_id:
+    st.stop()
+
+picked = g.node(node_id) or full.node(node_id)
+if picked.aggregate:
+    st.subheader(f"{picked.label}")
+    st.caption(f"{picked.count} node(s) merged, steps {picked.lo}–{picked.hi}. Open one of them:")
+    members = [m for m in picked.members if full.node(m)][:2000]
+    mlabels = {m: f"step {full.node(m).step} · {full.node(m).label[:100]}" for m in members}
+    st.selectbox("Merged node", members, index=None, key="w_prov_member", format_func=lambda m: mlabels.get(m, m),
+                 on_change=lambda: ui.set_qp(node=st.session_state["w_prov_member"]))
+    st.stop()
+
+d = _detail(str(run.path), run.signature, node_id)
+n = d.node
+flag = " · **disabled**" if n.disabled else ""
+ended = f" · removed at step {n.ended}" if n.ended is not None else ""
+st.subheader(f"{n.kind}: {n.label[:160]}")
+
+
+def _frames(eps: pd.DataFrame) -> None:
+    """Frame strips of the first linked episodes, and links to Timeline and Frames."""
+    for r in eps.head(STRIPS).itertuples():
+        st.markdown(f"**{r.relation.replace('_', ' ')} {r.id}** · steps {r.first_step}–{r.last_step} · {r.summary}")
+        if r.frames:
+            try:
+                strip = views.frame_strip(run, r.id, max_frames=8)
+                thumbs = [views.upscale(f, 96) for _, f in strip]
+                st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip])
+            except (FrameError, views.UnsafePath) as e:
+                st.error(f"Frames of {r.id} cannot be shown: {e}")
+        elif r.image:
+            st.caption("No per-step frames; the end observation is in Timeline.")
+        c1, c2 = st.columns(2)
+        c1.page_link(ui.pages()["timeline"], label=f"{r.id} in Timeline", icon=":material/view_timeline:",
+                     query_params=ui.link_params(ep=r.id))
+        c2.page_link(ui.pages()["frames"], label=f"{r.id} in Frames", icon=":material/compare:",
+                     query_params=ui.link_params(frames=f"{key}:{r.id}"))
+    if len(eps) > STRIPS:
+        st.caption(f"Frame strips of the first {STRIPS} of {len(eps)} linked episodes; the table lists all.")
+
+
+if n.kind == "episode":
+    st.markdown(f"Linked from {len(d.cited_by)} memory version(s) (cited, used in, or disabled because of it).")
+    if d.cited_by:
+        st.selectbox("Open a version linked to it", d.cited_by, index=None, key="w_prov_citer",
+                     format_func=lambda i: labels.get(i) or (full.node(i).label[:100] if full.node(i) else i),
+                     on_change=lambda: ui.set_qp(node=st.session_state["w_prov_citer"]))
+    _frames(d.episodes)
+    st.stop()
+
+w = d.write
+st.markdown(f"Revision {n.version} of {len(d.revisions)} · step {n.step} · write {n.seq} · `{n.path}` · "
+            f"{w.op if w else '?'} by **{n.author}** — {n.reason}{flag}{ended}")
+if len(d.revisions) > 1:
+    st.selectbox("Other versions", d.revisions, index=d.revisions.index(n.id), key="w_prov_rev",
+                 format_func=lambda i: f"v{full.node(i).version} · step {full.node(i).step} · "
+                                       f"{full.node(i).label[:90]}",
+                 on_change=lambda: ui.set_qp(node=st.session_state["w_prov_rev"]))
+tab_file, tab_diff, tab_eps = st.tabs(["File as it stood", "Diff to previous version", f"Episodes ({len(d.episodes)})"])
+with tab_file:
+    if d.text is None:
+        st.info("The file did not exist after this write (deleted).")
+    else:
+        st.code(d.text, language="json" if (n.path or "").endswith(".json") else "markdown")
+with tab_diff:
+    if d.diff:
+        st.code(d.diff, language="diff")
+    else:
+        st.caption("No textual change (or no earlier version).")
+with tab_eps:
+    if len(d.episodes):
+        st.dataframe(d.episodes.drop(columns=["image"]), hide_index=True, width="stretch", key="prov_eps")
+        _frames(d.episodes)
+    else:
+        st.caption("This version cites no episode.")
