@@ -169,6 +169,28 @@ def test_stop_flag_leaves_a_valid_interrupted_run(tmp_path: Path) -> None:
     assert_valid(tmp_path / "run")
 
 
+def test_an_exception_in_the_policy_leaves_a_valid_crashed_run(tmp_path: Path) -> None:
+    runner = Runner(RunConfig(seed=0, steps=1000, out=tmp_path / "run", fixed_clock=True))
+    decide = runner.policy.decide
+
+    def failing(p: Perception, *args: object) -> Decision:
+        if p.step >= 60:
+            raise ZeroDivisionError("policy bug")
+        return decide(p, *args)
+
+    runner.policy.decide = failing
+    try:
+        runner.run()
+    except ZeroDivisionError:
+        pass
+    else:
+        raise AssertionError("the policy's exception must be re-raised")
+    m = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert m["status"] == "crashed" and m["end_reason"] == "ZeroDivisionError: policy bug"
+    assert m["last_step"] >= 60 and lines(tmp_path / "run" / "index.jsonl")
+    assert_valid(tmp_path / "run")
+
+
 def test_inspection_finds_a_resource_later_used_as_a_target(tmp_path: Path) -> None:
     runner = Runner(RunConfig(seed=2, steps=700, out=tmp_path / "run", fixed_clock=True))
     runner.run()
