@@ -11,6 +11,32 @@ from mfm.memory import RunWriter
 from mfm.schema import SCHEMA_VERSION, GridRow, LifeEvent, MilestoneRow, RunManifest, StepRow, TurnRow
 
 REPO = Path(__file__).resolve().parent.parent
+APP = str(REPO / "dashboard" / "app.py")
+
+
+def use_root(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """Point the dashboard at ``root`` and clear Streamlit's caches (between AppTest tests)."""
+    import streamlit as st
+
+    monkeypatch.setenv("MFM_RUNS_ROOT", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def open_app(page: str | None = None, **params: str):
+    """Run the dashboard with query ``params``, switch to ``page`` (a file of pages/ without
+    ``.py``), and return the finished AppTest after checking it raised nothing."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=90)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    if page:
+        at.switch_page(f"../pages/{page}.py")
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
 
 
 @dataclass

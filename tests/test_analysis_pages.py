@@ -6,16 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from conftest import manifest
+from conftest import manifest, open_app, use_root
 from loaders import analysis_views as av
 from loaders.run import open_run
 from mfm.memory import RunWriter
 from mfm.schema import MilestoneRow, StepRow, TurnRow
 
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 
 # (end position, turn calls, targets) of each turn; every turn runs one 5-step episode.
 # Turn 2 inspects A (ends at 10,10) and retargets 2 cells from it: near.
@@ -82,20 +80,10 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(root))
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    use_root(monkeypatch, root)
 
 
-def app(page: str, **params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=90)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    at.switch_page(f"../pages/{page}.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+app = open_app
 
 
 ALL = "mfm_s0,mfm_s1,vista_s0,pro_s0"

@@ -5,16 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from conftest import write_run
+from conftest import open_app, use_root, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
 from loaders.views import inspections
 
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
-PAGES = {"timeline": "../pages/timeline.py", "frames": "../pages/frames.py", "grid": "../pages/grid.py"}
 
 
 @pytest.fixture(scope="module")
@@ -24,22 +21,10 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(root))
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    use_root(monkeypatch, root)
 
 
-def app(page: str | None = None, **params: str) -> AppTest:
-    """Run the app (on ``page``) with query params and return the finished test app."""
-    at = AppTest.from_file(APP, default_timeout=90)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    if page:
-        at.switch_page(PAGES[page])
-        at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+app = open_app
 
 
 def texts(at: AppTest) -> str:

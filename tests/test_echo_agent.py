@@ -10,17 +10,14 @@ from statistics import mean
 from pathlib import Path
 
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
+from conftest import REPO, open_app, use_root
 from mfm.cli import main
 from mfm.echo import AXES, CSDLibrary, HashingVectorizer, induce
 from mfm.echo.agent import ATTEMPTS_FILE, VOCABULARY, Learner, run_learner
 from mfm.echo.measure import LearnerRun, find_runs, speedup, success_at, table
 from mfm.validate import validate
 
-REPO = Path(__file__).resolve().parent.parent
-APP = str(REPO / "dashboard" / "app.py")
 FORBIDDEN_MODULES = {"mfm.envs.rules", "mfm.agent.policy", "mfm.agent.llm"}
 FORBIDDEN_NAMES = {"load_rules", "load_task", "CRAFT", "PLACE_COST", "COLLECT_GIVES", "MINE_TOOL", "MFMPolicy"}
 
@@ -242,18 +239,11 @@ def test_mfm_echo_commands(tmp_path: Path, capsys: pytest.CaptureFixture):
 
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch, learned: Path) -> None:
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(learned))
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    use_root(monkeypatch, learned)
 
 
 def test_echo_page_renders_and_picks_a_csd(fresh, learned: Path):
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.query_params["runs"] = "passive_s9"
-    at.run()
-    at.switch_page("../pages/echo.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app("echo", runs="passive_s9")
     assert at.title[0].value == "Echo"
     assert len(at.get("plotly_chart")) >= 1
     picker = next(s for s in at.selectbox if s.label == "Descriptor")
@@ -269,15 +259,8 @@ def test_echo_page_without_learner_runs(monkeypatch: pytest.MonkeyPatch, tmp_pat
     from conftest import write_run
 
     write_run(tmp_path / "plain", episodes=3)
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(tmp_path))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.query_params["runs"] = "plain"
-    at.run()
-    at.switch_page("../pages/echo.py")
-    at.run()
-    assert not at.exception
+    use_root(monkeypatch, tmp_path)
+    at = open_app("echo", runs="plain")
     assert any("No learner run" in i.value for i in at.info)
 
 
@@ -338,17 +321,9 @@ def test_echo_page_on_the_shipped_learner_samples(monkeypatch: pytest.MonkeyPatc
 
     names = [n for n, *_ in ECHO_SAMPLES]
     assert {c for _, c, *_ in ECHO_SAMPLES} == {"ical", "passive"} and len({s for *_, s, _ in ECHO_SAMPLES}) == 1
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(REPO / "sample_runs"))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.query_params["runs"] = ",".join(names)
+    use_root(monkeypatch, REPO / "sample_runs")
     ical = next(n for n in names if "/ical_" in n)
-    at.query_params["run"] = ical
-    at.run()
-    at.switch_page("../pages/echo.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app("echo", runs=",".join(names), run=ical)
     charts = {c.proto.id: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
     assert len(charts) == 2, "the unlock curves and the analogy graph"
     curve, graph = charts.values()

@@ -7,13 +7,10 @@ from pathlib import Path
 import crafter
 import numpy as np
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
+from conftest import open_app, use_root
 from test_formats import EXPORT
 
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
-PAGES = {"timeline": "../pages/timeline.py", "frames": "../pages/frames.py", "grid": "../pages/grid.py"}
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +30,7 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch, root: Path) -> None:
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(root))
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    use_root(monkeypatch, root)
 
 
 def keys(root: Path) -> list[str]:
@@ -51,16 +46,8 @@ def test_every_page_renders_foreign_runs(root: Path, page: str | None, which: st
     ks = [k for k in keys(root) if k.startswith("rec/") == (which == "recording")]
     if not ks:
         pytest.skip("the shared MFM export is not available")
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.query_params["runs"] = ks[0]
-    at.query_params["run"] = ks[0]
-    if page == "frames":
-        at.query_params["frames"] = f"{ks[0]}:ep_000002,{ks[0]}:ep_000003"
-    at.run()
-    if page:
-        at.switch_page(PAGES[page])
-        at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    extra = {"frames": f"{ks[0]}:ep_000002,{ks[0]}:ep_000003"} if page == "frames" else {}
+    at = open_app(page, runs=ks[0], run=ks[0], **extra)
     shown = "\n".join(str(e.value) for e in (*at.markdown, *at.caption, *at.title, *at.info, *at.warning,
                                               *at.error))
     if page == "frames":

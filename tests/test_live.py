@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import streamlit as st
 
-from conftest import manifest, write_run
+from conftest import manifest, use_root, write_run
 from loaders.live import LiveRuns, LiveSource, changed_files, needs_refresh, table_stats, watch_key
 from loaders.run import STALE_SECONDS, TABLE_NAMES
 from mfm.memory import RunWriter
@@ -144,9 +144,7 @@ def live_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple
     write_run(root / "done", episodes=4)
     g = GrowingRun(root / "growing")
     g.add(4)
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(root))
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    use_root(monkeypatch, root)
     yield root, g
     st.cache_data.clear()
     st.cache_resource.clear()

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from conftest import manifest
+from conftest import manifest, open_app, use_root
 from dashboard import figures
 from loaders import analysis_views as av
 from loaders import provenance as pv
@@ -94,9 +93,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch, built: tuple[Path, list[str]]) -> None:
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(built[0].parent))
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    use_root(monkeypatch, built[0].parent)
 
 
 def edges_of(g: pv.Graph, kind: str) -> set[tuple[str, str]]:
@@ -256,14 +253,7 @@ def test_provenance_figure_manifest_records_filters(built, tmp_path: Path) -> No
 
 
 def app(**params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=90)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    at.switch_page("../pages/provenance.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app("provenance", **params)
 
 
 def test_provenance_page_pick_and_deep_link(built) -> None:
@@ -295,13 +285,7 @@ def test_provenance_page_bad_node_and_episode(built) -> None:
 
 
 def test_memory_page_shows_contradictions(built) -> None:
-    at = AppTest.from_file(APP, default_timeout=90)
-    for k, v in dict(runs="mem_s0", run="mem_s0", file="mine/GUIDE.md", asof="5").items():
-        at.query_params[k] = v
-    at.run()
-    at.switch_page("../pages/memory.py")
-    at.run()
-    assert not at.exception
+    at = open_app("memory", runs="mem_s0", run="mem_s0", file="mine/GUIDE.md", asof="5")
     prov = next(d.value for d in at.dataframe if "contradiction" in d.value.columns)
     assert sorted(prov["contradiction"].dropna()) == ["retracted", "revised"]
     assert any("2 contradicted later" in cap.value for cap in at.caption)

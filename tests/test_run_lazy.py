@@ -23,20 +23,13 @@ def test_summary_of_an_unopened_run_reads_no_table(written_run: WrittenRun):
 
 
 def test_runs_page_reads_only_manifests_of_a_large_root(tmp_path, monkeypatch):
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
-    from conftest import REPO, write_run
+    from conftest import open_app, use_root, write_run
 
     for i in range(13):
         write_run(tmp_path / f"run_{i:02d}", episodes=2, seed=i)
     (tmp_path / "run_05" / "steps.jsonl").open("a").write("garbage\n")
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(tmp_path))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=90)
-    at.run()
-    assert not at.exception
+    use_root(monkeypatch, tmp_path)
+    at = open_app()
     assert at.dataframe[0].value["problems"].isna().all(), "nothing is read before it is asked for"
     at.toggle(key="w_check_all").set_value(True).run()
     problems = at.dataframe[0].value.set_index("key")["problems"]

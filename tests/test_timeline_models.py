@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import streamlit as st
 
+from conftest import use_root
 from loaders import open_run
 from loaders.views import MAX_POINTS, model_calls, model_turns, timeline_marks
 from mfm.agent import RunConfig, Runner
@@ -57,9 +57,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
-    monkeypatch.setenv("MFM_RUNS_ROOT", str(root))
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    use_root(monkeypatch, root)
 
 
 def recorded(run_dir: Path) -> list[dict]:

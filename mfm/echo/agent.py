@@ -21,9 +21,14 @@ Configurations:
   are (few-shot reuse), then with a random context.
 - ``ical``: in addition, after every newly verified task the learner induces candidate new
   tasks by analogy (:func:`~mfm.echo.ical.induce` on the top-K exemplars), pre-checks them,
-  prepares what they are predicted to need, tries them and records the outcome. After a
+  carries out the ordered plan on their proc axis (:meth:`Learner._follow`), gathers a
+  predicted material it has only seen as a tile (:meth:`Learner._gather_by_sight`), prepares
+  what else they are predicted to need, tries them and records the outcome. After a
   failure it adds the representative's own requirements, then everything it knows how to
   get (error recovery).
+
+Survival behaviours that are not recipes are hand-coded (:meth:`Learner._reflexes`): shelter
+at night, run from foes when hurt, fight back a zombie, drink and eat with learned tasks.
 - ``ical-no-<axis>``: ICAL with one axis removed from retrieval and induction.
 """
 from __future__ import annotations
@@ -128,7 +133,6 @@ class Learner:
         self.turn = 0
         self.tried: dict[str, int] = {}
         self.tried_at: dict[str, int] = {}
-        self.done_tasks: list[str] = []
         self.attempt_episodes: list[str] = []
         self.attempt_start = 0
         self.deaths = 0
@@ -262,7 +266,6 @@ class Learner:
             was = known.status if known is not None else None
             self.library.put(csd)
             if success and was != "verified":
-                self.done_tasks.append(csd.task)
                 self.fresh.append(csd.id)
         self._pending = []
 

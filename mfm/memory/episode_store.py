@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,23 @@ def encode_strip(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(arr, dtype=np.uint8)).save(buf, format="WEBP", **STRIP_WEBP)
     return buf.getvalue()
+
+
+ENCODER_NICE = 10
+"""How much the encoder thread yields the CPU to the agent's own threads (a nice increment,
+Linux only). The agent decodes frames with matrix products that numpy's BLAS splits over
+every core; at equal priority the encoder thread takes a core from a BLAS worker, which the
+main thread then waits for, and the agent's steps got up to 2.5x slower while an episode
+was being encoded (docs/benchmarks.md, figure 5). The encoder still gets a core whenever
+the agent waits or runs single-threaded Python, and all of one when a commit waits for it."""
+
+
+def _lower_priority() -> None:
+    """Initializer of the encoder thread: lower its scheduling priority where the OS allows."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + ENCODER_NICE)
+    except (AttributeError, OSError):
+        pass
 
 
 def frame_hash(frame: np.ndarray) -> str:
@@ -113,7 +132,8 @@ class EpisodeStore:
         (run_dir / "episodes").mkdir(parents=True, exist_ok=True)
         existing = [p.name for p in (run_dir / "episodes").iterdir() if p.name.startswith("ep_")]
         self._next = max((int(n[3:]) for n in existing if n[3:].isdigit()), default=-1) + 1
-        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfm-frames")
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfm-frames",
+                                           initializer=_lower_priority)
         self._pending: list[Future] = []
 
     def begin(self, *, kind: str, life: int, turn: int | None, action_kind: str | None,
