@@ -76,6 +76,7 @@ def bench_frames(run: Path, n: int = 300) -> dict:
     steps = r.steps()["step"].to_numpy()
     rng = np.random.default_rng(0)
     pick = rng.choice(steps, size=min(n, len(steps)), replace=False)
+    retrieval.forget_written()
     retrieval._read_png_cached.cache_clear()
     lat = []
     for s in pick:

@@ -14,7 +14,7 @@ from mfm.memory.agent_memory import MemoryPathError, apply_diff, make_diff
 from mfm.memory.appendlog import AppendLog
 from mfm.memory.consolidation import GUIDE, parse_guide, parse_plan_targets
 from mfm.memory.retrieval import (FrameError, compare, crop, crop_tiles, difference, enlarge, episode_frame,
-                                  frame_at, load_episode, observation, search)
+                                  forget_written, frame_at, load_episode, observation, search)
 from mfm.schema import GridRow
 from mfm.validate import validate
 
@@ -33,6 +33,7 @@ def test_run_reads_back(written_run: WrittenRun):
 
 
 def test_every_frame_comes_back_lossless(written_run: WrittenRun):
+    forget_written()
     index, _ = EpisodeIndex.open(written_run.dir)
     for step, frame in written_run.frames.items():
         assert np.array_equal(frame_at(written_run.dir, index, step), frame)
@@ -50,6 +51,42 @@ def test_long_episode_spans_several_strips(tmp_path: Path):
     assert len(list((run.dir / ref.path / "frames").iterdir())) == 3
     for i in (0, 63, 64, 127, 128, 149):
         assert np.array_equal(episode_frame(run.dir, ref, i), run.frames[ref.first_step + 1 + i])
+
+
+def test_frames_just_written_match_the_files_and_follow_a_changed_file(tmp_path: Path):
+    run = write_run(tmp_path / "r", episodes=3, steps_per_episode=4)
+    ref = run.episodes[1]
+    kept = [episode_frame(run.dir, ref, i) for i in range(ref.frames)]
+    forget_written()
+    assert all(np.array_equal(k, episode_frame(run.dir, ref, i)) for i, k in enumerate(kept))
+    other = run.episodes[2]
+    episode_frame(run.dir, other, 0)
+    strip = run.dir / ref.path / "frames" / "00000.webp"
+    strip.write_bytes((run.dir / other.path / "frames" / "00000.webp").read_bytes())
+    assert np.array_equal(episode_frame(run.dir, ref, 0), run.frames[other.first_step + 1])
+
+
+def test_wait_writes_images_the_busy_encoder_has_not_started(tmp_path: Path):
+    import threading
+
+    from mfm.memory.episode_store import EpisodeStore
+
+    store = EpisodeStore(tmp_path)
+    release = threading.Event()
+    blocker = store._encoder.submit(release.wait, 30)
+    rec = store.begin(kind="episode", life=0, turn=0, action_kind="x", first_step=0, action={})
+    frame = np.full((64, 64, 3), 7, np.uint8)
+    rec.frames.append(frame)
+    store.finalize(rec, observation=frame, state={}, outcome={}, summary="", tags=[], events=[], x=0, y=0,
+                   outcome_label=None)
+    store.wait()
+    assert not blocker.done()
+    assert (tmp_path / rec.path / "observation" / "image.png").exists()
+    forget_written()
+    assert np.array_equal(episode_frame(tmp_path, store.index_row(
+        rec, observation=frame, summary="", tags=[], events=[], x=0, y=0, outcome_label=None), 0), frame)
+    release.set()
+    store.close()
 
 
 @pytest.mark.parametrize("query, expect", [

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from mfm.memory.retrieval import remember_written
 from mfm.schema import FRAMES_PER_CHUNK, IndexRow, StepRow, episode_id, frame_chunk
 
 Image.MAX_IMAGE_PIXELS = 64_000_000
@@ -72,12 +73,13 @@ def frame_hash(frame: np.ndarray) -> str:
 
 
 def write_strips(root: Path, episode_path: str, frames: list[np.ndarray]) -> None:
-    """Write an episode's per-step frames as PNG strips of up to FRAMES_PER_CHUNK frames."""
+    """Write an episode's per-step frames as lossless WebP strips of up to FRAMES_PER_CHUNK frames."""
     for start in range(0, len(frames), FRAMES_PER_CHUNK):
         chunk_path, _ = frame_chunk(episode_path, start)
         strip = np.concatenate(frames[start:start + FRAMES_PER_CHUNK], axis=0)
         (root / chunk_path).parent.mkdir(parents=True, exist_ok=True)
         (root / chunk_path).write_bytes(encode_strip(strip))
+        remember_written(root / chunk_path, strip)
 
 
 def _write_images(root: Path, episode_path: str, frames: list[np.ndarray], observation: np.ndarray) -> None:
@@ -134,7 +136,7 @@ class EpisodeStore:
         self._next = max((int(n[3:]) for n in existing if n[3:].isdigit()), default=-1) + 1
         self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfm-frames",
                                            initializer=_lower_priority)
-        self._pending: list[Future] = []
+        self._pending: list[tuple[Future, tuple]] = []
 
     def begin(self, *, kind: str, life: int, turn: int | None, action_kind: str | None,
               first_step: int, action: dict) -> EpisodeRecording:
@@ -155,8 +157,8 @@ class EpisodeStore:
         (ep_dir / "state").mkdir(exist_ok=True)
         row = self.index_row(rec, observation=observation, summary=summary, tags=tags, events=events, x=x, y=y,
                              outcome_label=outcome_label, note=note)
-        self._pending.append(self._encoder.submit(_write_images, self.root, rec.path, rec.frames,
-                                                  np.array(observation, dtype=np.uint8)))
+        job = (self.root, rec.path, rec.frames, np.array(observation, dtype=np.uint8))
+        self._pending.append((self._encoder.submit(_write_images, *job), job))
         (ep_dir / "state" / "state.json").write_bytes(dump_json(state))
         action = {"turn": rec.turn, "first_step": rec.first_step, **rec.action}
         (ep_dir / "action.json").write_bytes(dump_json(action))
@@ -165,10 +167,16 @@ class EpisodeStore:
         return row
 
     def wait(self) -> None:
-        """Return once every finalized episode's images are on disk (re-raises a write error)."""
+        """Return once every finalized episode's images are on disk (re-raises a write error).
+
+        Images the encoder thread has not started yet (it runs at a lower priority and may
+        not have had a core on a busy machine) are written here, at the caller's priority."""
         pending, self._pending = self._pending, []
-        for f in pending:
-            f.result()
+        for f, job in pending:
+            if f.cancel():
+                _write_images(*job)
+            else:
+                f.result()
 
     def close(self) -> None:
         """Wait for the images in flight and stop the encoder thread."""

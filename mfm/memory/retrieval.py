@@ -6,6 +6,8 @@ cues leave out) and by the dashboard (to show them). Nothing here writes.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -57,6 +59,15 @@ def read_png(path: Path) -> np.ndarray:
     return _read_png_cached(str(path), _mtime(path))
 
 
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(modification time in ns, size) of a file, None if it cannot be seen."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime_ns
@@ -79,6 +90,47 @@ def _read_png_cached(path: str, mtime: float) -> np.ndarray:
     return arr
 
 
+WRITTEN_BYTES = 8_000_000
+"""Pixel bytes of the frame strips this process wrote last that :func:`episode_frame` keeps
+(about 30 episodes of the scripted agent; it looks back up to a few episodes)."""
+
+_written: OrderedDict[str, tuple[tuple[int, int], np.ndarray]] = OrderedDict()
+_written_lock = threading.Lock()
+
+
+def remember_written(path: Path, pixels: np.ndarray) -> None:
+    """Note the pixels of a frame strip this process has just written losslessly to ``path``.
+
+    The agent inspects its latest episode's frames right after committing it; with this
+    they are not decoded back from the file it has just encoded. An entry holds only while
+    the file's modification time and size are the ones seen here, after the write."""
+    arr = np.ascontiguousarray(pixels, dtype=np.uint8)
+    arr.setflags(write=False)
+    stamp = _stamp(path)
+    if stamp is None:
+        return
+    with _written_lock:
+        _written[str(path)] = (stamp, arr)
+        _written.move_to_end(str(path))
+        while sum(a.nbytes for _, a in _written.values()) > WRITTEN_BYTES and len(_written) > 1:
+            _written.popitem(last=False)
+
+
+def forget_written() -> None:
+    """Drop every strip noted by :func:`remember_written` (later reads decode the files)."""
+    with _written_lock:
+        _written.clear()
+
+
+def _read_strip(path: Path) -> np.ndarray:
+    """A frame strip: as this process wrote it if the file is unchanged since, else decoded."""
+    with _written_lock:
+        hit = _written.get(str(path))
+    if hit is not None and hit[0] == _stamp(path):
+        return hit[1]
+    return read_png(path)
+
+
 def observation(run_dir: Path, ref: IndexRow) -> np.ndarray:
     """The frame recorded when the episode ended (``observation/image.png``)."""
     if not ref.image:
@@ -91,7 +143,7 @@ def episode_frame(run_dir: Path, ref: IndexRow, i: int, size: int | None = None)
     if not 0 <= i < ref.frames:
         raise FrameError(f"{ref.id}: frame {i} out of range (it has {ref.frames})")
     chunk, row = frame_chunk(ref.path, i)
-    strip = read_png(run_dir / chunk)
+    strip = _read_strip(run_dir / chunk)
     h = size or strip.shape[1]
     expected = min(FRAMES_PER_CHUNK, ref.frames - (i - row))
     if strip.shape[0] != expected * h:
