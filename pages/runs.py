@@ -107,6 +107,11 @@ if damaged:
 
 st.subheader("Milestones")
 shown = [r for k, r in runs_open] or runs
+tasks = sorted({r.manifest.task for r in shown if r.manifest})
+if len(tasks) > 1:
+    task = st.radio("Task", tasks, horizontal=True, key="w_ms_task",
+                    help="Milestones are compared within one task (each task has its own list).")
+    shown = [r for r in shown if r.manifest and r.manifest.task == task]
 ov = views.runs_overview(shown, root, check=check or bool(runs_open))
 c1, c2 = st.columns([2, 3])
 c1.plotly_chart(charts.reached_figure(ov), width="stretch", key="reached")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import open_app, use_root, write_run
+from conftest import REPO, open_app, use_root, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
 from loaders.views import inspections
@@ -46,6 +46,21 @@ def test_runs_page_lists_every_run(root: Path) -> None:
     damaged = [e for e in at.expander if DAMAGED in e.label][0]
     where = damaged.dataframe[0].value["where"].tolist()
     assert any(w.startswith("index.jsonl:") for w in where) and any(w.startswith("steps.jsonl:") for w in where)
+
+
+def test_milestones_are_compared_within_one_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_root(monkeypatch, REPO / "sample_runs")
+    at = app()
+    radio = next(r for r in at.radio if r.label == "Task")
+    assert list(radio.options) == ["diamond", "echo"]
+
+    def charted() -> set[str]:
+        spec = json.loads(next(c for c in at.get("plotly_chart") if "reached" in c.proto.id).proto.spec)
+        return {str(x) for t in spec["data"] for x in t.get("x", [])}
+
+    assert charted() and all(k.startswith("diamond_") for k in charted())
+    radio.set_value("echo").run()
+    assert charted() == {"echo/ical_s5", "echo/passive_s5"}
 
 
 def test_opening_runs_goes_into_the_url(root: Path) -> None:
