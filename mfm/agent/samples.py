@@ -4,11 +4,12 @@
     python -m mfm.agent.samples --check    # regenerate elsewhere and compare every byte
     python -m mfm.agent.samples --only echo [--check]   # the Echo learner samples alone
 
-``diamond_mfm_s2`` is a full MFM diamond run (12,000-step budget; it ends at the diamond).
-The comparison set runs the four methods on the same seed (2) with a reduced budget of
-2,500 env steps, named ``diamond_METHOD_s2_2500steps``, so that sample_runs/ stays small.
+``diamond_mfm_s2`` is a full MFM diamond run (12,000-step budget; it ends at the diamond, at
+env step 976). The other methods run on the same seed (2) with a reduced budget of 2,500 env
+steps, named ``diamond_METHOD_s2_2500steps``, so that sample_runs/ stays small; MFM needs no
+copy with that budget, since its run ends well inside it (the game is the same, step for step).
 
-``echo/ical_s1`` and ``echo/passive_s1`` are Echo learner runs (``mfm echo run``) of the
+``echo/ical_s5`` and ``echo/passive_s5`` are Echo learner runs (``mfm echo run``) of the
 same seed with a reduced number of Echo episodes, for the Echo page; they are a separate
 step (``--only echo``) so that regenerating them leaves the diamond samples alone.
 """
@@ -29,7 +30,7 @@ COMPARISON_SEED, COMPARISON_STEPS = 2, 2500
 SAMPLES: tuple[tuple[str, str, str, int, int | None], ...] = (
     ("diamond_mfm_s2", "diamond", "mfm", 2, None),
     *((f"diamond_{m}_s{COMPARISON_SEED}_{COMPARISON_STEPS}steps", "diamond", m, COMPARISON_SEED, COMPARISON_STEPS)
-      for m in ("direct", "pro-long", "vista", "mfm")),
+      for m in ("direct", "pro-long", "vista")),
 )
 """(folder, task, method, seed, step budget or None for the task's)."""
 COMMAND = "python -m mfm.agent.samples"
