@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 
 from loaders import analysis_views as av
 from mfm.echo.csd import AXES, CSD
-from mfm.echo.library import CSD_FILE
+from mfm.echo.library import CSD_FILE, CSDLibrary
 from mfm.echo.measure import LearnerRun, read_run
-from mfm.schema import Problem, iter_jsonl
+from mfm.schema import Problem
 
 STATUS_COLORS = {"verified": "#1b9e77", "failed": "#d62728", "candidate": "#999999"}
 
@@ -28,19 +28,8 @@ def read_csds(run_dir: Path) -> tuple[dict[str, CSD], list[Problem]]:
     """The latest version of every descriptor of a run (later lines win), and damaged lines.
 
     Read without vectorising (the stored vectors are not needed to show a descriptor)."""
-    latest: dict[str, CSD] = {}
-    problems = []
-    for n, obj, problem in iter_jsonl(Path(run_dir) / CSD_FILE):
-        if problem:
-            problems.append(problem)
-            continue
-        try:
-            c = CSD.from_dict(obj)
-        except (ValueError, TypeError) as e:
-            problems.append(Problem(CSD_FILE, n, f"{e}, skipped"))
-            continue
-        latest[c.id] = c
-    return latest, problems
+    lib, problems = CSDLibrary.open(Path(run_dir), vectorizer=None)
+    return lib.latest, problems
 
 
 def unlock_bands(runs: Iterable[LearnerRun]) -> pd.DataFrame:

@@ -348,7 +348,7 @@ def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFr
         i = calls[calls["tool"] == "inspect"]
         parts.append(pd.DataFrame({"kind": "inspect", "step": i["step"], "life": i["life"],
                                    "label": "inspect " + i["episode"].fillna("?"), "episode": i["episode"]}))
-    mt = model_turns(model_calls(turns))
+    mt = model_turns(model_calls(turns[turns["first_step"].between(lo, hi)] if len(turns) else turns))
     if len(mt):
         parts.append(pd.DataFrame({"kind": "model_" + mt["status"], "step": mt["step"], "life": mt["life"],
                                    "label": mt["label"], "episode": None}))

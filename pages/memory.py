@@ -15,6 +15,12 @@ from dashboard.core import parse_int, parse_range
 from loaders import analysis_views as av
 from loaders import views
 
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _provenance(path: str, sig: tuple, file: str, asof: int, _run: object) -> pd.DataFrame:
+    """Per-line provenance of a file as of a step (cached on the run's signature)."""
+    return av.memory_provenance(_run, file, asof)
+
 _, focus = ui.sidebar(("file", "asof", "diff"))
 key, run = ui.need_run(focus)
 st.title("Memory")
@@ -67,7 +73,7 @@ with tab_view:
         st.code(text, language="json" if path.endswith(".json") else None)
 
 with tab_prov:
-    prov = av.memory_provenance(run, path, asof)
+    prov = _provenance(str(run.path), run.signature, path, asof, run)
     removed = int(prov["removed_at"].notna().sum()) if len(prov) else 0
     contra = int(prov["contradicted_at"].notna().sum()) if len(prov) else 0
     st.caption(f"{len(prov)} line(s); {removed} of them removed or rewritten by a later write (column "

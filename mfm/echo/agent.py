@@ -43,7 +43,7 @@ from mfm import __version__
 from mfm.agent.atoms import Atoms, Died, Halt
 from mfm.agent.mapping import MOVE_OF, WALKABLE, NavMap, l1, neighbours
 from mfm.agent.runner import Recorder, StepClock, _state, _state_line
-from mfm.echo.csd import AXES, CSD
+from mfm.echo.csd import ATTEMPTS_FILE, CONFIGS, CSD
 from mfm.echo.ical import Attempt, describe, induce, precheck, refine, slots, task_name
 from mfm.echo.library import CSDLibrary, Match
 from mfm.echo.vectorize import HashingVectorizer, Vectorizer
@@ -52,11 +52,6 @@ from mfm.envs.crafter_env import ACHIEVEMENTS, ACTIONS, VITALS
 from mfm.memory import RunWriter
 from mfm.schema import SCHEMA_VERSION, LifeEvent, RunManifest, TurnRow
 
-CONFIGS: dict[str, tuple[str, ...] | None] = {
-    "passive": None, "ical": AXES, **{f"ical-no-{a}": tuple(x for x in AXES if x != a) for a in AXES}}
-"""Configuration name -> the axes ICAL may use (None: no ICAL, retrieval only)."""
-
-ATTEMPTS_FILE = "echo.jsonl"
 GOALS: tuple[str, ...] = tuple(a for a in ACHIEVEMENTS if a != "wake_up")
 VOCABULARY: frozenset[str] = frozenset(ACTIONS) | frozenset(ACHIEVEMENTS)
 CREATURES = frozenset({"cow", "zombie", "skeleton"})

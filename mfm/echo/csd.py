@@ -13,6 +13,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator
 
 AXES: tuple[str, ...] = ("struct", "attr", "proc", "func", "inter")
+
+CONFIGS: dict[str, tuple[str, ...] | None] = {
+    "passive": None, "ical": AXES, **{f"ical-no-{a}": tuple(x for x in AXES if x != a) for a in AXES}}
+"""Learner configuration name -> the axes ICAL may use (None: no ICAL, retrieval only)."""
+
+ATTEMPTS_FILE = "echo.jsonl"
+"""A learner run's Echo episodes, one line each (beside ``csd.jsonl``)."""
 STATUSES = ("verified", "candidate", "failed")
 CSD_VERSION = 1
 

@@ -29,14 +29,14 @@ class Match:
 class CSDLibrary:
     """Descriptors of every learned (or induced) task, kept with their history."""
 
-    def __init__(self, vectorizer: Vectorizer, path: Path | None = None) -> None:
+    def __init__(self, vectorizer: Vectorizer | None, path: Path | None = None) -> None:
         self.vec = vectorizer
         self.path = path
         self.latest: dict[str, CSD] = {}
         self.history: list[CSD] = []
 
     @classmethod
-    def open(cls, run_dir: Path, vectorizer: Vectorizer, writable: bool = False
+    def open(cls, run_dir: Path, vectorizer: Vectorizer | None, writable: bool = False
              ) -> tuple["CSDLibrary", list[Problem]]:
         """Load ``csd.jsonl`` of a run (tolerating damage)."""
         lib = cls(vectorizer, run_dir / CSD_FILE if writable else None)

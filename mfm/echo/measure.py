@@ -21,7 +21,7 @@ from pathlib import Path
 from statistics import mean, median, quantiles
 from typing import Iterable
 
-from mfm.echo.agent import ATTEMPTS_FILE, CONFIGS
+from mfm.echo.csd import ATTEMPTS_FILE, CONFIGS
 from mfm.schema import Problem, iter_jsonl
 
 FAMILIES: dict[str, tuple[str, ...]] = {
