@@ -211,8 +211,17 @@ def make_sweep(run: Path, out: Path, n: int) -> Path:
 
 def _fresh(code: str, *args: str) -> dict:
     """Run ``code`` in a fresh interpreter (cwd: the repository); it prints one JSON object."""
+    return _fresh_argv(["-c", code, *args])
+
+
+def _page_times(root: Path, page: str, *runs: str) -> dict:
+    """:func:`bench.apptimes.page_times` of one page in a fresh interpreter."""
+    return _fresh_argv(["-m", "bench.apptimes", str(root), page, *runs])
+
+
+def _fresh_argv(argv: list[str]) -> dict:
     repo = Path(__file__).resolve().parent.parent
-    return json.loads(subprocess.check_output([sys.executable, "-c", code, *args], text=True, cwd=repo,
+    return json.loads(subprocess.check_output([sys.executable, *argv], text=True, cwd=repo,
                                               stderr=subprocess.DEVNULL).strip().splitlines()[-1])
 
 
@@ -240,8 +249,7 @@ def bench_sweep(run: Path, n: int, check: bool) -> dict:
         root = make_sweep(run, tmp / "sweep", n)
         quick = _fresh(SWEEP_CODE, str(root), "quick")
         out = {"runs": quick["runs"], "runs_table_milestones_s": quick["s"], "loaders_peak_rss_mb": quick["rss_mb"]}
-        page = _fresh("import sys, json; from bench.apptimes import page_times; "
-                      "print(json.dumps(page_times(__import__('pathlib').Path(sys.argv[1]), 'runs', [])))", str(root))
+        page = _page_times(root, "runs")
         out.update({"runs_page_cold_s": page["cold_s"], "runs_page_warm_s": page["warm_s"],
                     "runs_page_peak_rss_mb": page["peak_rss_mb"], "runs_page_errors": len(page["errors"])})
         if check:
@@ -261,9 +269,7 @@ def bench_pages(run: Path) -> dict:
         shutil.copytree(run, tmp / run.name, copy_function=os.link)
         out: dict = {}
         for page in PAGE_SPECS:
-            r = _fresh("import sys, json; from pathlib import Path; from bench.apptimes import page_times; "
-                       "print(json.dumps(page_times(Path(sys.argv[1]), sys.argv[2], sys.argv[3:])))",
-                       str(tmp), page, run.name)
+            r = _page_times(tmp, page, run.name)
             out[f"{page}_cold_s"] = r["cold_s"]
             out[f"{page}_warm_s"] = r["warm_s"]
             out[f"{page}_peak_rss_mb"] = r["peak_rss_mb"]

@@ -69,10 +69,8 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 
 def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return -1
+    stamp = _stamp(path)
+    return -1 if stamp is None else stamp[0]
 
 
 @lru_cache(maxsize=256)
@@ -95,6 +93,7 @@ WRITTEN_BYTES = 8_000_000
 (about 30 episodes of the scripted agent; it looks back up to a few episodes)."""
 
 _written: OrderedDict[str, tuple[tuple[int, int], np.ndarray]] = OrderedDict()
+_written_bytes = 0
 _written_lock = threading.Lock()
 
 
@@ -109,17 +108,21 @@ def remember_written(path: Path, pixels: np.ndarray) -> None:
     stamp = _stamp(path)
     if stamp is None:
         return
+    global _written_bytes
     with _written_lock:
+        old = _written.pop(str(path), None)
+        _written_bytes += arr.nbytes - (old[1].nbytes if old else 0)
         _written[str(path)] = (stamp, arr)
-        _written.move_to_end(str(path))
-        while sum(a.nbytes for _, a in _written.values()) > WRITTEN_BYTES and len(_written) > 1:
-            _written.popitem(last=False)
+        while _written_bytes > WRITTEN_BYTES and len(_written) > 1:
+            _written_bytes -= _written.popitem(last=False)[1][1].nbytes
 
 
 def forget_written() -> None:
     """Drop every strip noted by :func:`remember_written` (later reads decode the files)."""
+    global _written_bytes
     with _written_lock:
         _written.clear()
+        _written_bytes = 0
 
 
 def _read_strip(path: Path) -> np.ndarray:
