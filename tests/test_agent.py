@@ -136,6 +136,7 @@ def test_procedure_written_reused_and_disabled(tmp_path: Path) -> None:
     runner.run_turn()
     row = runner.run_turn(Decision("procedure", "table_tool", {"tool": "wood_sword"}, "test reuse"))
     assert row.action_kind == "table_tool" and "procedure" in row.tags
+    runner.writer.wait()
     action = json.loads((tmp_path / "run" / row.path / "action.json").read_text())
     assert action["is_procedure"] and action["procedure"] == "table_tool" and len(action["atoms"]) == 2
     assert row.outcome == "done" and "made wood_sword" in row.events

@@ -95,6 +95,7 @@ def test_an_induced_candidates_proc_plan_is_followed_in_order(tmp_path: Path, co
     learner.library.put(cand)
     assert learner.have("wood") == 0
     learner._attempt_candidate(cand)
+    learner.writer.wait()
     acts = [(json.loads(line)["action_kind"], json.loads(line)["summary"])
             for line in (learner.writer.dir / "index.jsonl").read_text().splitlines()[1:]]
     tries = [i for i, (k, _) in enumerate(acts) if k == "try" and "place_table" in acts[i][1]]
@@ -128,6 +129,7 @@ def test_the_precheck_sends_the_learner_to_a_material_it_has_only_seen(tmp_path:
     assert learner._feasible(cand), "a material seen as a tile counts as obtainable"
     learner.attempt_start = learner.p.step
     learner._attempt_candidate(cand)
+    learner.writer.wait()
     acts = [json.loads(line)["summary"] for line in (learner.writer.dir / "index.jsonl").read_text().splitlines()]
     gather = next(i for i, a in enumerate(acts) if a.startswith("do(target=stone)"))
     attempt = next(i for i, a in enumerate(acts) if a.startswith("try(action=place_stone)"))

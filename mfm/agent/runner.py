@@ -189,7 +189,7 @@ class Runner:
             milestone_order=self.task.milestones, status="running", started_at=started,
             ablations=tuple(config.ablations), policy=policy_name(config), package_version=__version__,
             command=command, config=config.to_manifest())
-        self.writer = RunWriter(Path(config.out), manifest, clock=self.clock or now_iso)
+        self.writer = RunWriter(Path(config.out), manifest, clock=self.clock or now_iso, background_commit=True)
         self.harness = CrafterHarness(config.seed, size=config.frame_size)
         self.tools = MemoryTools(self.writer)
         self.procedures = ProceduralMemory(self.writer.memory, ATOMS)

@@ -120,7 +120,7 @@ class Learner:
             started_at=self.clock(), policy=POLICY, package_version=__version__, command=command,
             config={"echo": {"config": config, "axes": list(self.axes) if self.axes else None, "episodes": episodes,
                              "step_cap": step_cap, "k": k}})
-        self.writer = RunWriter(Path(out), manifest, clock=self.clock)
+        self.writer = RunWriter(Path(out), manifest, clock=self.clock, background_commit=True)
         self.harness = CrafterHarness(seed, size=frame_size)
         self.library, _ = CSDLibrary.open(self.writer.dir, vectorizer or HashingVectorizer(), writable=True)
         self.nav = NavMap()

@@ -1,10 +1,10 @@
 """Episodic memory: each interaction interval with its lossless frames, states, action, outcome.
 
 An episode is recorded in memory while it runs and written once, whole, when it is
-finalized; a finished episode is never rewritten. Its images (frame strips and the
-observation) are encoded on a background thread while the caller writes the rest of the
-episode; :meth:`EpisodeStore.wait` returns once they are on disk, and the run writer calls
-it before the episode's index row (the commit marker) is written. Its files (MFM layout):
+finalized; a finished episode is never rewritten. Its files are written on a background
+thread (the encoder) while the caller goes on; the run writer has that thread append the
+episode's index row (the commit marker) once they are on disk, and
+:meth:`EpisodeStore.wait` returns when all of it is done. Its files (MFM layout):
 ``episodes/ep_NNNNNN/{observation/image.png, state/state.json, action.json, outcome.json}``
 plus our per-step frames, ``frames/NNNNN.webp``: lossless vertical strips of up to
 ``FRAMES_PER_CHUNK`` frames, so one step's frame is read by decoding one small image.
@@ -19,12 +19,12 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from PIL import Image
 
-from mfm.memory.retrieval import remember_written
+from mfm.memory.retrieval import forget_pending, remember_pending, remember_written
 from mfm.schema import FRAMES_PER_CHUNK, IndexRow, StepRow, episode_id, frame_chunk
 
 Image.MAX_IMAGE_PIXELS = 64_000_000
@@ -74,18 +74,55 @@ def frame_hash(frame: np.ndarray) -> str:
 
 def write_strips(root: Path, episode_path: str, frames: list[np.ndarray]) -> None:
     """Write an episode's per-step frames as lossless WebP strips of up to FRAMES_PER_CHUNK frames."""
-    for start in range(0, len(frames), FRAMES_PER_CHUNK):
-        chunk_path, _ = frame_chunk(episode_path, start)
-        strip = np.concatenate(frames[start:start + FRAMES_PER_CHUNK], axis=0)
-        (root / chunk_path).parent.mkdir(parents=True, exist_ok=True)
-        (root / chunk_path).write_bytes(encode_strip(strip))
-        remember_written(root / chunk_path, strip)
+    _write_strips(_strips(root, episode_path, frames))
 
 
-def _write_images(root: Path, episode_path: str, frames: list[np.ndarray], observation: np.ndarray) -> None:
-    """An episode's frame strips and observation image (run on the encoder thread)."""
-    write_strips(root, episode_path, frames)
-    (root / episode_path / "observation" / "image.png").write_bytes(encode_png(observation))
+def _strips(root: Path, episode_path: str, frames: list[np.ndarray]) -> list[tuple[Path, np.ndarray]]:
+    """(file, pixels) of each strip of an episode."""
+    return [(root / frame_chunk(episode_path, start)[0], np.concatenate(frames[start:start + FRAMES_PER_CHUNK], axis=0))
+            for start in range(0, len(frames), FRAMES_PER_CHUNK)]
+
+
+def _write_strips(strips: list[tuple[Path, np.ndarray]]) -> None:
+    for path, strip in strips:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(encode_strip(strip))
+        remember_written(path, strip)
+
+
+@dataclass
+class _Commit:
+    """What is left to write of a finalized episode: its records, images and, last, whatever
+    the caller adds (the run writer's index row). Runs once, on the encoder thread or, if
+    that has not started it, on the thread that waits for it."""
+
+    root: Path
+    episode_path: str
+    records: list[tuple[str, Any]]
+    strips: list[tuple[Path, np.ndarray]]
+    observation: np.ndarray
+    row: IndexRow
+    then: Callable[[IndexRow], None] | None = None
+
+    def __post_init__(self) -> None:
+        for path, strip in self.strips:
+            remember_pending(path, strip)
+
+    def run(self) -> None:
+        ep_dir = self.root / self.episode_path
+        try:
+            (ep_dir / "observation").mkdir(parents=True, exist_ok=True)
+            (ep_dir / "state").mkdir(exist_ok=True)
+            for rel, obj in self.records:
+                (ep_dir / rel).write_bytes(dump_json(obj))
+            _write_strips(self.strips)
+            (ep_dir / "observation" / "image.png").write_bytes(encode_png(self.observation))
+        except BaseException:
+            for path, _ in self.strips:
+                forget_pending(path)
+            raise
+        if self.then is not None:
+            self.then(self.row)
 
 
 def dump_json(obj: Any) -> bytes:
@@ -136,7 +173,7 @@ class EpisodeStore:
         self._next = max((int(n[3:]) for n in existing if n[3:].isdigit()), default=-1) + 1
         self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfm-frames",
                                            initializer=_lower_priority)
-        self._pending: list[tuple[Future, tuple]] = []
+        self._pending: list[tuple[Future, _Commit]] = []
 
     def begin(self, *, kind: str, life: int, turn: int | None, action_kind: str | None,
               first_step: int, action: dict) -> EpisodeRecording:
@@ -147,41 +184,49 @@ class EpisodeStore:
 
     def finalize(self, rec: EpisodeRecording, *, observation: np.ndarray, state: dict, outcome: dict,
                  summary: str, tags: list[str], events: list[str], x: float | None, y: float | None,
-                 outcome_label: str | None, note: str | None = None) -> IndexRow:
-        """Write the episode's files and return its index row (the caller appends it last,
-        after :meth:`wait`). The images are written on the encoder thread."""
-        ep_dir = self.root / rec.path
-        if ep_dir.exists() and (ep_dir / "outcome.json").exists():
+                 outcome_label: str | None, note: str | None = None,
+                 then: Callable[[IndexRow], None] | None = None) -> IndexRow:
+        """Queue the episode's files and return its index row. The files are written on the
+        encoder thread, then ``then`` is called there (the run writer appends the index row,
+        the commit marker, so it is written only once the files are on disk); :meth:`wait`
+        returns once that is done. Until then the frame strips are served to this process's
+        readers from memory (``retrieval.remember_pending``)."""
+        if (self.root / rec.path / "outcome.json").exists():
             raise FileExistsError(f"{rec.path} is already finalized; finished episodes are never rewritten")
-        (ep_dir / "observation").mkdir(parents=True, exist_ok=True)
-        (ep_dir / "state").mkdir(exist_ok=True)
         row = self.index_row(rec, observation=observation, summary=summary, tags=tags, events=events, x=x, y=y,
                              outcome_label=outcome_label, note=note)
-        job = (self.root, rec.path, rec.frames, np.array(observation, dtype=np.uint8))
-        self._pending.append((self._encoder.submit(_write_images, *job), job))
-        (ep_dir / "state" / "state.json").write_bytes(dump_json(state))
-        action = {"turn": rec.turn, "first_step": rec.first_step, **rec.action}
-        (ep_dir / "action.json").write_bytes(dump_json(action))
-        full_outcome = {"last_step": rec.last_step, "tags": tags, "events": events, **outcome}
-        (ep_dir / "outcome.json").write_bytes(dump_json(full_outcome))
+        records = [("state/state.json", state),
+                   ("action.json", {"turn": rec.turn, "first_step": rec.first_step, **rec.action}),
+                   ("outcome.json", {"last_step": rec.last_step, "tags": tags, "events": events, **outcome})]
+        commit = _Commit(self.root, rec.path, records, _strips(self.root, rec.path, rec.frames),
+                         np.array(observation, dtype=np.uint8), row, then)
+        self._pending.append((self._encoder.submit(commit.run), commit))
         return row
 
     def wait(self) -> None:
-        """Return once every finalized episode's images are on disk (re-raises a write error).
+        """Return once every finalized episode is on disk (re-raises a write error).
 
-        Images the encoder thread has not started yet (it runs at a lower priority and may
-        not have had a core on a busy machine) are written here, at the caller's priority."""
+        Commits the encoder thread has not started yet (it runs at a lower priority and may
+        not have had a core on a busy machine) are run here, in order, at the caller's priority."""
         pending, self._pending = self._pending, []
-        for f, job in pending:
-            if f.cancel():
-                _write_images(*job)
-            else:
-                f.result()
+        error: BaseException | None = None
+        for f, commit in pending:
+            try:
+                if f.cancel():
+                    commit.run()
+                else:
+                    f.result()
+            except BaseException as e:
+                error = error or e
+        if error is not None:
+            raise error
 
     def close(self) -> None:
-        """Wait for the images in flight and stop the encoder thread."""
-        self.wait()
-        self._encoder.shutdown(wait=True)
+        """Wait for the episodes in flight and stop the encoder thread."""
+        try:
+            self.wait()
+        finally:
+            self._encoder.shutdown(wait=True)
 
     @staticmethod
     def index_row(rec: EpisodeRecording, *, observation: np.ndarray, summary: str, tags: list[str],

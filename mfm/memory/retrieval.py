@@ -92,9 +92,33 @@ WRITTEN_BYTES = 8_000_000
 """Pixel bytes of the frame strips this process wrote last that :func:`episode_frame` keeps
 (about 30 episodes of the scripted agent; it looks back up to a few episodes)."""
 
-_written: OrderedDict[str, tuple[tuple[int, int], np.ndarray]] = OrderedDict()
+_written: OrderedDict[str, tuple[tuple[int, int] | None, np.ndarray]] = OrderedDict()
 _written_bytes = 0
 _written_lock = threading.Lock()
+
+
+def _note(path: Path, pixels: np.ndarray, stamp: tuple[int, int] | None) -> None:
+    arr = np.ascontiguousarray(pixels, dtype=np.uint8)
+    arr.setflags(write=False)
+    global _written_bytes
+    with _written_lock:
+        old = _written.pop(str(path), None)
+        _written_bytes += arr.nbytes - (old[1].nbytes if old else 0)
+        _written[str(path)] = (stamp, arr)
+        for key in [k for k, (st, _) in _written.items() if st is not None]:
+            if _written_bytes <= WRITTEN_BYTES or len(_written) <= 1:
+                break
+            _written_bytes -= _written.pop(key)[1].nbytes
+
+
+def remember_pending(path: Path, pixels: np.ndarray) -> None:
+    """Note the pixels of a frame strip this process is about to write losslessly to ``path``.
+
+    Until :func:`remember_written` (or :func:`forget_pending`) is called for it, reads of
+    ``path`` get these pixels whether or not the file is there yet: a run committing its
+    episodes in the background serves the agent the episode it has just finished. Pending
+    strips are never evicted."""
+    _note(path, pixels, None)
 
 
 def remember_written(path: Path, pixels: np.ndarray) -> None:
@@ -103,18 +127,20 @@ def remember_written(path: Path, pixels: np.ndarray) -> None:
     The agent inspects its latest episode's frames right after committing it; with this
     they are not decoded back from the file it has just encoded. An entry holds only while
     the file's modification time and size are the ones seen here, after the write."""
-    arr = np.ascontiguousarray(pixels, dtype=np.uint8)
-    arr.setflags(write=False)
     stamp = _stamp(path)
     if stamp is None:
-        return
+        forget_pending(path)
+    else:
+        _note(path, pixels, stamp)
+
+
+def forget_pending(path: Path) -> None:
+    """Drop a strip noted by :func:`remember_pending` that was not written after all."""
     global _written_bytes
     with _written_lock:
         old = _written.pop(str(path), None)
-        _written_bytes += arr.nbytes - (old[1].nbytes if old else 0)
-        _written[str(path)] = (stamp, arr)
-        while _written_bytes > WRITTEN_BYTES and len(_written) > 1:
-            _written_bytes -= _written.popitem(last=False)[1][1].nbytes
+        if old is not None:
+            _written_bytes -= old[1].nbytes
 
 
 def forget_written() -> None:
@@ -126,10 +152,11 @@ def forget_written() -> None:
 
 
 def _read_strip(path: Path) -> np.ndarray:
-    """A frame strip: as this process wrote it if the file is unchanged since, else decoded."""
+    """A frame strip: as this process wrote it (or is writing it) if the file is unchanged
+    since, else decoded."""
     with _written_lock:
         hit = _written.get(str(path))
-    if hit is not None and hit[0] == _stamp(path):
+    if hit is not None and (hit[0] is None or hit[0] == _stamp(path)):
         return hit[1]
     return read_png(path)
 

@@ -1,10 +1,15 @@
 """The run directory writer: one object that owns every append-only file of a run.
 
-Each episode is committed whole by :meth:`RunWriter.end_episode`: its folder first (the
-images encoded on a background thread meanwhile), then its trace, grid, milestone and life
-rows, then, once the images are on disk, its index row (the commit marker), then the log
-section and the manifest. Everything is flushed there, at the episode boundary,
-so a process killed at any moment loses at most the episode in flight.
+Each episode is committed whole by :meth:`RunWriter.end_episode`: its trace, grid,
+milestone and life rows first (flushed), then its folder (records, frame strips,
+observation image, written on the episode store's background thread), then, once those are
+on disk, its index row (the commit marker), appended by that thread; the log section and
+the manifest are written meanwhile. With ``background_commit=False`` ``end_episode`` waits
+for the commit; with ``True`` it returns at once and waits for the previous episode's
+commit instead, so the files of an episode are written while the next one plays and at
+most one episode is committed late. A process killed at any moment loses at most the
+episode in flight and, in background mode, the one being committed: an episode is in the
+index only if its files are on disk (``tests/test_crash.py``).
 """
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ LOG_RULE = "=" * 80
 class RunWriter:
     """Create a run directory and record into it through the memory core."""
 
-    def __init__(self, run_dir: Path, manifest: RunManifest, fsync: bool = False, clock: Clock = now_iso) -> None:
+    def __init__(self, run_dir: Path, manifest: RunManifest, fsync: bool = False, clock: Clock = now_iso,
+                 background_commit: bool = False) -> None:
         run_dir = Path(run_dir)
         if run_dir.exists() and any(run_dir.iterdir()):
             raise FileExistsError(f"{run_dir} is not empty; a run is never written over another")
@@ -36,7 +42,9 @@ class RunWriter:
         self.manifest = manifest
         self._write_manifest()
         self.episodes = EpisodeStore(run_dir)
-        self.index = EpisodeIndex(log=AppendLog(run_dir / "index.jsonl", fsync))
+        self.index = EpisodeIndex()
+        self._index_log = AppendLog(run_dir / "index.jsonl", fsync)
+        self.background_commit = background_commit
         self.grid = SpatialGrid(log=AppendLog(run_dir / "grid.jsonl", fsync))
         self.clock = clock
         self.memory = AgentMemory(run_dir, clock=clock)
@@ -60,8 +68,9 @@ class RunWriter:
 
     def end_episode(self, rec: EpisodeRecording, *, grid: Iterable[GridRow] = (), observation: np.ndarray,
                     log_lines: Iterable[str] = (), **finalize: Any) -> IndexRow:
-        """Commit a finished episode and everything that happened in it; flush all files."""
-        row = self.episodes.finalize(rec, observation=observation, **finalize)
+        """Commit a finished episode and everything that happened in it (see the module
+        docstring for the order); the returned row is in :attr:`index` at once."""
+        self.episodes.wait()
         self._steps.append(rec.steps)
         self._steps.flush()
         for g in grid:
@@ -69,12 +78,22 @@ class RunWriter:
         self.grid.flush()
         self._milestones.flush()
         self._lives.flush()
-        self.episodes.wait()
+        row = self.episodes.finalize(rec, observation=observation, then=self._commit_row, **finalize)
         self.index.append(row)
-        self.index.flush()
         self._log_section(row, log_lines)
         self.update_manifest(last_step=max(self.manifest.last_step, row.last_step))
+        if not self.background_commit:
+            self.episodes.wait()
         return row
+
+    def _commit_row(self, row: IndexRow) -> None:
+        """Append an episode's index row (on the episode store's thread, its files on disk)."""
+        self._index_log.append(row)
+        self._index_log.flush()
+
+    def wait(self) -> None:
+        """Return once every ended episode is committed (a no-op without ``background_commit``)."""
+        self.episodes.wait()
 
     def _log_section(self, row: IndexRow, lines: Iterable[str]) -> None:
         head = f"Action {self._actions} | Step {row.last_step} | Life {row.life} | Turn {row.turn} | {row.id}"
@@ -111,5 +130,4 @@ class RunWriter:
             log.flush()
         self.grid.flush()
         self.episodes.close()
-        self.index.flush()
         self.update_manifest(status=status, end_reason=end_reason, ended_at=self.clock())
