@@ -11,6 +11,8 @@ are read and cross-checked as ``mfm.validate.read_run`` does, but the per-episod
 checks of ``mfm validate`` (episode folders, frame strips, orphan folders) wait until the
 run has stopped, since an episode in flight is normal while the writer works. Once the
 manifest says anything else the run is opened the ordinary way, with every check.
+A running run's tables are not put in the derived table cache (``mfm.tablecache``): they
+change with every episode, and :class:`LiveSource` keeps its own parses in memory.
 
 No Streamlit here; the dashboard keeps one :class:`LiveRuns` per server.
 """

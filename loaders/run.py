@@ -65,12 +65,16 @@ def signature(run_dir: Path) -> tuple:
     return tuple(out)
 
 
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+"""``json.dumps(v, sort_keys=True)`` without building an encoder per value."""
+
+
 def _column(values: list, kind: str) -> list:
     """One column of a table: string lists stay lists, objects and lists of objects become
     JSON text (so every row of a column has the same type)."""
     if kind in ("dict", "counts", "list"):
-        return [None if v is None else json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
-                for v in values]
+        enc = _SORTED_JSON.encode
+        return [None if v is None else enc(list(v) if isinstance(v, tuple) else v) for v in values]
     if kind in ("strs", "cell", "vec2"):
         return [None if v is None else list(v) for v in values]
     return values
@@ -192,7 +196,8 @@ class Run:
 
     @cached_property
     def db(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB with one view per table (derived, rebuilt from the files).
+        """An in-memory DuckDB with one view per table (derived, rebuilt from the files), built
+        on first use: only SQL typed by a user needs it (the SQL page, ``Run.sql``).
 
         Locked down for SQL typed by users: no file system or network access (no COPY TO,
         ATTACH, read_csv of paths), no extensions, no scanning of Python variables, and the

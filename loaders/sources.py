@@ -56,7 +56,7 @@ class DirSource:
         self.format = "mfm" if (path / "run.json").is_file() else "mfm-original"
 
     def contents(self) -> RunContents:
-        c = validate(self.path)
+        c = validate(self.path, cache=True)
         if self.format == "mfm-original" and c.tables:
             c.problems = [p for p in c.problems if p.file != "run.json"]
             c.problems.insert(0, Problem("run.json", 0, "missing: read as an original MFM run directory; "

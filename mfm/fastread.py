@@ -193,6 +193,14 @@ def read_columns(path: Path, rtype: type[Record], ordered_by: str | None = None,
     Record types with cross-field checks (``check``) are taken only when the check has a
     columnar twin in ``CROSS_CHECKS``. ``ordered_by``: a column that must increase strictly
     from line to line; ``unique``: a column whose values must all differ."""
+    t = read_arrow(path, rtype, ordered_by, unique)
+    return None if t is None else t.to_pandas()
+
+
+def read_arrow(path: Path, rtype: type[Record], ordered_by: str | None = None,
+               unique: str | None = None) -> pa.Table | None:
+    """:func:`read_columns` before the conversion to pandas: the Arrow table whose
+    ``to_pandas()`` is the DataFrame (what ``mfm.tablecache`` keeps), or None."""
     if rtype.check is not Record.check and rtype not in CROSS_CHECKS:
         return None
     try:
@@ -213,9 +221,7 @@ def read_columns(path: Path, rtype: type[Record], ordered_by: str | None = None,
         for i, n in enumerate(t.column_names):
             if rtype.KINDS[n].rstrip("?") == "counts":
                 t = t.set_column(i, n, _counts_as_json(t.column(n)))
-        if unique and pc.count_distinct(t.column(unique)).as_py() != t.num_rows:
-            return None
-        return _checked(t.to_pandas(), ordered_by, None)
+        return _checked(t, ordered_by, unique)
     if rtype.check is not Record.check and not isinstance(CROSS_CHECKS.get(rtype), str):
         return None
     fields = [f.name for f in dataclasses.fields(rtype)]
@@ -238,14 +244,16 @@ def read_columns(path: Path, rtype: type[Record], ordered_by: str | None = None,
         return None
     if table.num_rows != lines or not pc.all(table.column("__ok")).as_py():
         return None
-    return _checked(table.drop_columns(["__ok"]).to_pandas(), ordered_by, unique)
+    return _checked(table.drop_columns(["__ok"]), ordered_by, unique)
 
 
-def _checked(df: pd.DataFrame, ordered_by: str | None, unique: str | None) -> pd.DataFrame | None:
-    """``df`` if its ``ordered_by`` column increases strictly and its ``unique`` column has
-    no repeats, else None."""
-    if ordered_by and len(df) > 1 and not bool((df[ordered_by].diff().iloc[1:] > 0).all()):
+def _checked(t: pa.Table, ordered_by: str | None, unique: str | None) -> pa.Table | None:
+    """``t`` if its ``ordered_by`` column has no nulls and increases strictly and its
+    ``unique`` column has no repeats (nulls count as one value), else None."""
+    if ordered_by and t.num_rows > 1:
+        col = t.column(ordered_by).combine_chunks()
+        if col.null_count or not pc.all(pc.greater(col.slice(1), col.slice(0, len(col) - 1))).as_py():
+            return None
+    if unique and pc.count_distinct(t.column(unique), mode="all").as_py() != t.num_rows:
         return None
-    if unique and df[unique].duplicated().any():
-        return None
-    return df
+    return t

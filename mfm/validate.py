@@ -5,6 +5,7 @@ dashboard and ``mfm validate`` report the same problems for the same files.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
-from mfm.fastread import read_columns
+from mfm import fastread, tablecache
+from mfm.fastread import read_arrow
 from mfm.memory.agent_memory import apply_diff, sha256
 from mfm.memory.retrieval import FrameError, read_png
 from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, MemoryWrite, Problem, RunManifest,
@@ -110,12 +113,85 @@ class TableRead:
 def read_one_table(path: Path, name: str) -> TableRead:
     """One table file of a run: the fast one-pass reader when it can vouch for every line,
     else the tolerant line-by-line reader."""
+    return _read_one(path, name)[0]
+
+
+def _read_one(path: Path, name: str) -> tuple[TableRead, pa.Table | None]:
+    """:func:`read_one_table`, and the Arrow table behind the columns (fast path only)."""
     rtype = TABLES[name]
-    df = read_columns(path, rtype, *FAST_TABLES[name]) if name in FAST_TABLES else None
-    if df is not None:
-        return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df)
+    t = read_arrow(path, rtype, *FAST_TABLES[name]) if name in FAST_TABLES else None
+    if t is not None:
+        df = t.to_pandas()
+        return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df), t
     rows, probs = read_table(path, rtype)
-    return TableRead([r for _, r in rows], [n for n, _ in rows], tuple(probs))
+    return TableRead([r for _, r in rows], [n for n, _ in rows], tuple(probs)), None
+
+
+CACHE_MIN_BYTES = 16 * 1024
+"""Smaller table files are read faster than a cache entry is checked; they are not cached."""
+
+
+def read_one_table_cached(path: Path, name: str) -> TableRead:
+    """:func:`read_one_table` through ``mfm.tablecache``: the same result, served from the
+    cache while the file's stat is unchanged. Tables the fast path vouched for are kept as
+    Arrow columns; tables read line by line as their records, line numbers and problems."""
+    st = tablecache.stamp(path)
+    if st is None or st[0] < CACHE_MIN_BYTES or tablecache.cache_dir() is None:
+        return read_one_table(path, name)
+    rtype = TABLES[name]
+    where = os.path.abspath(path)
+    key = [*st, name, fastread.MIN_BYTES]
+    hit = tablecache.load("table", where, key)
+    if hit is not None:
+        try:
+            return _decode_table(hit[0], hit[1], rtype)
+        except Exception:  # noqa: BLE001 - a bad entry is a miss, whatever is wrong with it
+            pass
+    read, arrow = _read_one(path, name)
+    if not tablecache.racy(st) and tablecache.stamp(path) == st:
+        try:
+            payload = tablecache.arrow_bytes(arrow) if arrow is not None else _encode_records(read, rtype)
+        except (TypeError, ValueError, pa.ArrowException):
+            return read
+        tablecache.store("table", where, key, "arrow" if arrow is not None else "json", payload)
+    return read
+
+
+_TUPLE_KINDS = ("strs", "list", "cell", "vec2")
+
+
+def _encode_records(t: TableRead, rtype: type) -> bytes:
+    """Records (exactly: ints, floats, key order, tuples), line numbers and problems as JSON."""
+    names = [f.name for f in dataclasses.fields(rtype)]
+    rows = [[n, *(list(v) if isinstance(v, tuple) else v for v in (getattr(r, f) for f in names))]
+            for n, r in zip(t.lines, t.records)]
+    return b'{"rows":' + json.dumps(rows, separators=(",", ":")).encode() + b',"problems":' + _problems_json(
+        t.problems) + b"}"
+
+
+def _decode_table(kind: str, payload: memoryview, rtype: type) -> TableRead:
+    names = [f.name for f in dataclasses.fields(rtype)]
+    if kind == "arrow":
+        t = tablecache.arrow_table(payload)
+        if t.column_names != names:
+            raise ValueError("columns differ")
+        df = t.to_pandas()
+        return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df)
+    if kind != "json":
+        raise ValueError(kind)
+    doc = json.loads(bytes(payload))
+    tuples = [i for i, n in enumerate(names) if rtype.KINDS[n].rstrip("?") in _TUPLE_KINDS]
+    records, lines = [], []
+    for row in doc["rows"]:
+        if len(row) != len(names) + 1:
+            raise ValueError("row length")
+        values = row[1:]
+        for i in tuples:
+            if values[i] is not None:
+                values[i] = tuple(values[i])
+        records.append(rtype(*values))
+        lines.append(int(row[0]))
+    return TableRead(records, lines, tuple(_problems(doc["problems"])))
 
 
 def read_run(run_dir: Path, after_index: Callable[[RunContents], None] | None = None,
@@ -209,26 +285,47 @@ def _check_memory_history(c: RunContents) -> None:
             broken.add(w.path)
 
 
-def validate(run_dir: Path, frames: bool = False) -> RunContents:
+def validate(run_dir: Path, frames: bool = False, cache: bool = False) -> RunContents:
     """:func:`read_run` plus file checks: episode folders, frames, orphans, the manifest.
 
     The file checks (a few stat calls per episode) run on a second thread while the other
-    tables are parsed; their problems follow the tables' problems, as if run after them."""
+    tables are parsed; their problems follow the tables' problems, as if run after them.
+
+    ``cache``: serve unchanged tables and file checks from ``mfm.tablecache`` (the loaders
+    do; ``mfm validate`` does not: it reads and stats everything, every time). A cached file
+    check is reused while ``index.jsonl`` and the ``episodes/`` folder keep their stat, so
+    it cannot see a file deleted or added inside an episode folder after it was cached."""
     run_dir = Path(run_dir)
-    checks: list[Future] = []
-    pool = ThreadPoolExecutor(max_workers=1)
+    checks: list[Future | list[Problem]] = []
+    pools: list[ThreadPoolExecutor] = []
+    before = _files_key(run_dir) if cache else None
 
     def index_read(c: RunContents) -> None:
-        checks.append(pool.submit(_file_problems, run_dir, _episode_refs(c)))
+        # the index just read is the one of this key only if its stat did not move meanwhile
+        key = before if before is not None and _files_key(run_dir) == before else None
+        if key is not None:
+            hit = tablecache.load("files", os.path.abspath(run_dir), key)
+            if hit is not None:
+                try:
+                    checks.append(_problems(json.loads(bytes(hit[1]))))
+                    return
+                except (ValueError, TypeError):
+                    pass
+        refs = _episode_refs(c)
+        if key is not None and not all(path.rpartition("/")[0] == "episodes" for _, _, path, _, _ in refs):
+            key = None
+        pools.append(ThreadPoolExecutor(max_workers=1))
+        checks.append(pools[0].submit(_file_problems_cached, run_dir, refs, key))
 
     try:
-        c = read_run(run_dir, after_index=index_read)
+        c = read_run(run_dir, after_index=index_read, read=read_one_table_cached if cache else read_one_table)
         if c.manifest is None and not c.tables:
             return c
         index: list[IndexRow] = c.tables["index.jsonl"]
-        file_problems = [p for f in checks for p in f.result()]
+        file_problems = [p for f in checks for p in (f if isinstance(f, list) else f.result())]
     finally:
-        pool.shutdown(wait=True)
+        for pool in pools:
+            pool.shutdown(wait=True)
     if frames:
         for n, r in zip(c.lines["index.jsonl"], index):
             for k in range(-(-r.frames // FRAMES_PER_CHUNK)):
@@ -256,6 +353,35 @@ def _episode_refs(c: RunContents) -> list[tuple[int, str, str, str | None, int]]
         images = [v if isinstance(v, str) else None for v in df["image"].tolist()]
         return list(zip(c.lines["index.jsonl"], df["id"].tolist(), df["path"].tolist(), images, df["frames"].tolist()))
     return [(n, r.id, r.path, r.image, r.frames) for n, r in zip(c.lines["index.jsonl"], c.tables["index.jsonl"])]
+
+
+def _files_key(run_dir: Path) -> list | None:
+    """What a cached file check depends on: the stat of the index and of ``episodes/``
+    (whose modification time changes when an episode folder is added, removed or renamed;
+    not when a file inside one is)."""
+    index, episodes = tablecache.stamp(run_dir / "index.jsonl"), tablecache.stamp(run_dir / "episodes")
+    if index is None or episodes is None or tablecache.cache_dir() is None:
+        return None
+    return [index, episodes]
+
+
+def _file_problems_cached(run_dir: Path, refs: list[tuple[int, str, str, str | None, int]],
+                          key: list | None) -> list[Problem]:
+    """:func:`_file_problems`, kept in the cache under ``key`` (None: not kept) if nothing
+    it depends on changed while it ran."""
+    out = _file_problems(run_dir, refs)
+    if key is not None and _files_key(run_dir) == key and not any(tablecache.racy(k) for k in key):
+        tablecache.store("files", os.path.abspath(run_dir), key, "json", _problems_json(out))
+    return out
+
+
+def _problems_json(problems: Sequence[Problem]) -> bytes:
+    return json.dumps([[p.file, p.line, p.message, p.severity] for p in problems], separators=(",", ":")).encode()
+
+
+def _problems(items: list) -> list[Problem]:
+    """Problems from :func:`_problems_json`'s lists (raises on anything else)."""
+    return [Problem(str(f), int(n), str(m), str(s)) for f, n, m, s in items]
 
 
 def _file_problems(run_dir: Path, refs: list[tuple[int, str, str, str | None, int]]) -> list[Problem]:

@@ -1,6 +1,7 @@
 """Shared fixtures: a small run written through the memory core with known contents."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,19 @@ from mfm.schema import SCHEMA_VERSION, GridRow, LifeEvent, MilestoneRow, RunMani
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "dashboard" / "app.py")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def table_cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """The tests' own table cache (``mfm.tablecache``), never the user's ~/.cache; set in
+    the environment so that processes the tests start use it too."""
+    old = os.environ.get("MFM_CACHE_DIR")
+    os.environ["MFM_CACHE_DIR"] = str(tmp_path_factory.mktemp("mfm-cache"))
+    yield
+    if old is None:
+        os.environ.pop("MFM_CACHE_DIR", None)
+    else:
+        os.environ["MFM_CACHE_DIR"] = old
 
 
 def use_root(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
