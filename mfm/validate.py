@@ -296,8 +296,8 @@ def validate(run_dir: Path, frames: bool = False, cache: bool = False) -> RunCon
     check is reused while ``index.jsonl`` and the ``episodes/`` folder keep their stat, so
     it cannot see a file deleted or added inside an episode folder after it was cached."""
     run_dir = Path(run_dir)
-    checks: list[Future | list[Problem]] = []
-    pools: list[ThreadPoolExecutor] = []
+    checks: list[Future] = []
+    pool = ThreadPoolExecutor(max_workers=1)
     before = _files_key(run_dir) if cache else None
 
     def index_read(c: RunContents) -> None:
@@ -307,25 +307,26 @@ def validate(run_dir: Path, frames: bool = False, cache: bool = False) -> RunCon
             hit = tablecache.load("files", os.path.abspath(run_dir), key)
             if hit is not None:
                 try:
-                    checks.append(_problems(json.loads(bytes(hit[1]))))
-                    return
+                    done: Future = Future()
+                    done.set_result(_problems(json.loads(bytes(hit[1]))))
                 except (ValueError, TypeError):
                     pass
+                else:
+                    checks.append(done)
+                    return
         refs = _episode_refs(c)
         if key is not None and not all(path.rpartition("/")[0] == "episodes" for _, _, path, _, _ in refs):
             key = None
-        pools.append(ThreadPoolExecutor(max_workers=1))
-        checks.append(pools[0].submit(_file_problems_cached, run_dir, refs, key))
+        checks.append(pool.submit(_file_problems_cached, run_dir, refs, key))
 
     try:
         c = read_run(run_dir, after_index=index_read, read=read_one_table_cached if cache else read_one_table)
         if c.manifest is None and not c.tables:
             return c
         index: list[IndexRow] = c.tables["index.jsonl"]
-        file_problems = [p for f in checks for p in (f if isinstance(f, list) else f.result())]
+        file_problems = [p for f in checks for p in f.result()]
     finally:
-        for pool in pools:
-            pool.shutdown(wait=True)
+        pool.shutdown(wait=True)
     if frames:
         for n, r in zip(c.lines["index.jsonl"], index):
             for k in range(-(-r.frames // FRAMES_PER_CHUNK)):
