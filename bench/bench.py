@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-TABLES = ("episodes", "steps", "turns", "grid", "milestones", "lives", "memory_writes")
+from bench.opentime import TABLES
+
 GROUPS = ("open", "sweep", "frames", "index", "recording", "storage", "pages")
 
 
@@ -44,23 +45,9 @@ def _timed(fn, repeat: int = 1) -> float:
     return best
 
 
-OPEN_CODE = """
-import json, sys, time
-from loaders import open_run
-t = time.perf_counter()
-r = open_run(sys.argv[1])
-[r.table(n) for n in {tables!r}]
-len(r.problems)
-opened = time.perf_counter() - t
-t = time.perf_counter()
-r.sql("select count(*) from steps").fetchall()
-print(json.dumps({{"open_s": opened, "sql_s": time.perf_counter() - t}}))
-"""
-
-
 def _open_fresh(run: Path, cache: str) -> dict:
     """One cold open in a fresh interpreter (imports excluded) with ``MFM_CACHE_DIR=cache``."""
-    out = subprocess.check_output([sys.executable, "-c", OPEN_CODE.format(tables=TABLES), str(run)], text=True,
+    out = subprocess.check_output([sys.executable, "-m", "bench.opentime", str(run)], text=True,
                                   env=dict(os.environ, MFM_CACHE_DIR=cache))
     return json.loads(out.strip().splitlines()[-1])
 
