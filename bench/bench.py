@@ -14,7 +14,9 @@ decoding a single-frame PNG per step; (4) index queries at N episodes, p50 and p
 (5) recording overhead: the scripted agent (``mfm run``) with recording on against a
 no-op recorder (``bench.nullrec``), several interleaved repeats, and the bytes per step
 it stores; (6) storage bytes per step of the run; (7) each dashboard page's script time
-on the run (AppTest, fresh process per page), cold and warm, with peak memory.
+on the run (AppTest, fresh process per page), cold and warm, with the data points its
+charts send and peak memory. Every figure uses a table cache (``MFM_CACHE_DIR``) in a
+temporary folder, removed at the end, never the user's.
 """
 from __future__ import annotations
 
@@ -171,17 +173,21 @@ def bench_index(n: int = 100_000, queries: int = 200) -> dict:
 
 def bench_recording(steps: int = 3000, repeats: int = 5) -> dict:
     """(5) Steps/s of the scripted agent with recording on and through the no-op recorder,
-    ``repeats`` interleaved pairs after one warm-up pair; median and spread of the overhead,
-    in wall time and in CPU time of the process (all threads: the encoder thread's work
-    counts even when a spare core hides it; less disturbed by other load on the machine)."""
+    ``repeats`` pairs after one warm-up pair, the order inside a pair alternating (off-on,
+    on-off, ...) so that a machine slowing down or speeding up over the minutes counts
+    against neither mode; median and spread of the pairs' overhead, and the overhead of the
+    median steps/s, in wall time and in CPU time of the process (all threads: the encoder
+    thread's work counts even when a spare core hides it)."""
     from bench.nullrec import play
 
     tmp = Path(tempfile.mkdtemp())
-    on, off, over, over_cpu = [], [], [], []
+    on, off, over, over_cpu, cpu = [], [], [], [], {True: [], False: []}
     played = None
     for i in range(repeats + 1):
-        t_off, cpu_off, n, s_off = play(tmp / f"off{i}", steps, 0, on=False)
-        t_on, cpu_on, n_on, s_on = play(tmp / f"on{i}", steps, 0, on=True)
+        got = {}
+        for mode in ((False, True) if i % 2 == 0 else (True, False)):
+            got[mode] = play(tmp / f"{'on' if mode else 'off'}{i}", steps, 0, on=mode)
+        (t_off, cpu_off, n, s_off), (t_on, cpu_on, n_on, s_on) = got[False], got[True]
         if (n, s_off) != (n_on, s_on):
             raise AssertionError(f"the two modes played differently: {s_off} vs {s_on}")
         played = n
@@ -190,12 +196,16 @@ def bench_recording(steps: int = 3000, repeats: int = 5) -> dict:
             on.append(n / t_on)
             over.append(100 * (t_on - t_off) / t_off)
             over_cpu.append(100 * (cpu_on - cpu_off) / cpu_off)
+            cpu[True].append(cpu_on)
+            cpu[False].append(cpu_off)
     size, _ = _dir_bytes(tmp / f"on{repeats}")
     frames = sum(p.stat().st_size for p in (tmp / f"on{repeats}").glob("episodes/*/frames/*"))
     shutil.rmtree(tmp)
     return {"steps": played, "repeats": repeats, "steps_per_s_off_median": statistics.median(off),
             "steps_per_s_on_median": statistics.median(on), "overhead_pct_median": statistics.median(over),
             "overhead_pct_min": min(over), "overhead_pct_max": max(over),
+            "overhead_pct_of_medians": 100 * (statistics.median(off) / statistics.median(on) - 1),
+            "cpu_overhead_pct_of_medians": 100 * (statistics.median(cpu[True]) / statistics.median(cpu[False]) - 1),
             "cpu_overhead_pct_median": statistics.median(over_cpu), "cpu_overhead_pct_min": min(over_cpu),
             "cpu_overhead_pct_max": max(over_cpu),
             "agent_bytes_per_step": size / played, "agent_frame_bytes_per_step": frames / played}
@@ -274,7 +284,8 @@ print(json.dumps({"s": time.perf_counter() - t, "runs": len(table), "milestone_r
 
 def bench_sweep(run: Path, n: int, check: bool) -> dict:
     """(2) The Runs page's tables over ``n`` copies of the run: manifests only (what the page
-    does), every run read (``check``: the damage check on request), and the page itself."""
+    does), every run read (``check``: the damage check on request; a first time, filling the
+    table cache, and again in a new process), and the page itself."""
     tmp = Path(tempfile.mkdtemp())
     try:
         root = make_sweep(run, tmp / "sweep", n)
@@ -285,7 +296,9 @@ def bench_sweep(run: Path, n: int, check: bool) -> dict:
                     "runs_page_peak_rss_mb": page["peak_rss_mb"], "runs_page_errors": len(page["errors"])})
         if check:
             full = _fresh(SWEEP_CODE, str(root), "check")
-            out.update({"every_run_read_s": full["s"], "every_run_read_peak_rss_mb": full["rss_mb"]})
+            again = _fresh(SWEEP_CODE, str(root), "check")
+            out.update({"every_run_read_s": full["s"], "every_run_read_peak_rss_mb": full["rss_mb"],
+                        "every_run_read_again_s": again["s"], "every_run_read_again_peak_rss_mb": again["rss_mb"]})
         return out
     finally:
         shutil.rmtree(tmp)
@@ -303,6 +316,7 @@ def bench_pages(run: Path) -> dict:
             r = _page_times(tmp, page, run.name)
             out[f"{page}_cold_s"] = r["cold_s"]
             out[f"{page}_warm_s"] = r["warm_s"]
+            out[f"{page}_chart_points"] = r["chart_points"]
             out[f"{page}_peak_rss_mb"] = r["peak_rss_mb"]
             if r["errors"]:
                 out[f"{page}_errors"] = "; ".join(r["errors"])[:200]
@@ -325,6 +339,8 @@ def main() -> None:
         p.error(f"unknown group(s) {', '.join(sorted(only - set(GROUPS)))}")
     tmp = None
     run = a.run
+    cache = tempfile.mkdtemp()
+    os.environ["MFM_CACHE_DIR"] = cache
     if a.smoke or run is None:
         from bench.synth import make_run
 
@@ -351,6 +367,7 @@ def main() -> None:
                   flush=True)
     if tmp:
         shutil.rmtree(tmp)
+    shutil.rmtree(cache)
 
 
 if __name__ == "__main__":

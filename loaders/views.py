@@ -572,7 +572,7 @@ def frame_for(run: Run, step: int | None = None, episode: str | None = None) -> 
         _check_ref(run, ref)
         return run.frame(step)
     end = _episode_ending(run, step)
-    if end is not None and end.image:
+    if end is not None and (end.image or end.frames):
         _check_ref(run, end)
         return run.observation(end.id)
     raise FrameError(f"{run.name}: no stored frame for step {step}")

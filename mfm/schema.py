@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
+"""1.1: ``IndexRow.image`` is null when the end observation is the episode's last per-step
+frame, which readers then take from its frame strip (docs/run-format.md, ``image``)."""
 SCHEMA_MAJOR, SCHEMA_MINOR = (int(p) for p in SCHEMA_VERSION.split("."))
 
 EPISODE_ID = re.compile(r"^ep_\d{6,}$")
@@ -570,6 +572,6 @@ def frame_chunk(episode_path: str, index: int) -> tuple[str, int]:
     """Where the ``index``-th frame of an episode lives: (chunk path, row in the strip).
 
     Strips are lossless WebP: 16% smaller than PNG on Crafter frames (its subtract-green
-    transform suits the night noise, which is the same in all channels) and faster to
-    encode at method 0; see docs/run-format.md."""
+    transform suits the night noise, which is the same in all channels); see
+    docs/run-format.md."""
     return f"{episode_path}/frames/{index // FRAMES_PER_CHUNK:05d}.webp", index % FRAMES_PER_CHUNK

@@ -45,7 +45,7 @@ def test_a_background_commit_writes_the_same_bytes(tmp_path: Path) -> None:
     _write(tmp_path / "sync", background=False)
     _write(tmp_path / "bg", background=True)
     sync, bg = _files(tmp_path / "sync"), _files(tmp_path / "bg")
-    assert sync.keys() == bg.keys() and len(sync) > 6 * 5
+    assert sync.keys() == bg.keys() and len(sync) > 6 * 4
     assert [k for k in sync if sync[k] != bg[k]] == []
 
 
@@ -109,3 +109,30 @@ def test_a_failed_commit_is_raised_at_the_next_episode_and_the_run_still_closes(
         episode_frame(run, failed, 0)
     c = validate(run)
     assert not c.errors and any(p.file == f"episodes/{failed.id}" for p in c.problems)
+
+
+def test_the_manifest_is_rewritten_at_most_once_a_second_unless_something_new(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from mfm.memory import run_writer
+    from mfm.schema import MilestoneRow
+
+    now = [100.0]
+    monkeypatch.setattr(run_writer.time, "monotonic", lambda: now[0])
+    rng = np.random.default_rng(0)
+    w = RunWriter(tmp_path / "r", manifest())
+
+    def on_disk() -> dict:
+        return json.loads((tmp_path / "r" / "run.json").read_text())
+
+    _episode(w, 0, rng)
+    assert on_disk()["last_step"] == 0 and w.manifest.last_step == 3
+    now[0] += 1.0
+    _episode(w, 1, rng)
+    assert on_disk()["last_step"] == 6
+    w.record_milestone(MilestoneRow(name="collect_wood", step=8, life=0, episode="ep_000002", turn=2))
+    _episode(w, 2, rng)
+    assert on_disk()["last_step"] == 9 and on_disk()["milestones"] == {"collect_wood": 8}
+    _episode(w, 3, rng)
+    assert on_disk()["last_step"] == 9
+    w.close("finished")
+    assert on_disk()["last_step"] == 12 and on_disk()["status"] == "finished"

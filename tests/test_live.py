@@ -15,7 +15,7 @@ import streamlit as st
 from conftest import manifest, use_root, write_run
 from loaders.live import LiveRuns, LiveSource, changed_files, needs_refresh, table_stats, watch_key
 from loaders.run import STALE_SECONDS, TABLE_NAMES
-from mfm.memory import RunWriter
+from mfm.memory import RunWriter, run_writer
 from mfm.schema import GridRow, MilestoneRow, StepRow, TurnRow
 from test_browser import SHOTS, browser, dashboard, needs_browser, page, settle, url  # noqa: F401 - fixtures
 from test_dashboard_apptest import app, texts
@@ -70,7 +70,8 @@ def load_all(run) -> dict:
     return {name: run.table(name) for name in TABLE_NAMES.values()}
 
 
-def test_only_changed_tables_are_parsed_again(tmp_path: Path) -> None:
+def test_only_changed_tables_are_parsed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_writer, "MANIFEST_EVERY_S", 0.0)
     g = GrowingRun(tmp_path / "run")
     g.add(3)
     live = LiveRuns()

@@ -81,12 +81,45 @@ def test_wait_writes_images_the_busy_encoder_has_not_started(tmp_path: Path):
                    outcome_label=None)
     store.wait()
     assert not blocker.done()
-    assert (tmp_path / rec.path / "observation" / "image.png").exists()
+    assert (tmp_path / rec.path / "frames" / "00000.webp").exists()
     forget_written()
     assert np.array_equal(episode_frame(tmp_path, store.index_row(
         rec, observation=frame, summary="", tags=[], events=[], x=0, y=0, outcome_label=None), 0), frame)
     release.set()
     store.close()
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_end_observation_is_stored_once(tmp_path: Path, changed: bool):
+    """The end observation is the last strip frame unless the harness changed it; then (and
+    only then) observation/image.png is written. Both read back through ``observation``."""
+    from mfm.memory.episode_store import EpisodeStore
+
+    store = EpisodeStore(tmp_path)
+    rec = store.begin(kind="episode", life=0, turn=0, action_kind="x", first_step=0, action={})
+    rec.frames += [np.full((16, 16, 3), v, np.uint8) for v in (3, 5)]
+    end = rec.frames[-1] + (1 if changed else 0)
+    row = store.finalize(rec, observation=end, state={}, outcome={}, summary="", tags=[], events=[], x=0, y=0,
+                         outcome_label=None)
+    store.close()
+    forget_written()
+    assert (tmp_path / rec.path / "observation" / "image.png").exists() == changed
+    assert (row.image is not None) == changed
+    assert np.array_equal(observation(tmp_path, row), end)
+
+
+def test_end_observation_from_a_changed_strip_is_refused(tmp_path: Path):
+    run = write_run(tmp_path / "r", episodes=3, steps_per_episode=4)
+    ref, other = run.episodes[1], run.episodes[2]
+    assert ref.image is None and ref.frames
+    strip = run.dir / ref.path / "frames" / "00000.webp"
+    strip.write_bytes((run.dir / other.path / "frames" / "00000.webp").read_bytes())
+    forget_written()
+    with pytest.raises(FrameError, match="observation_hash"):
+        observation(run.dir, ref)
+    found = [p for p in validate(run.dir, frames=True).problems if "observation_hash" in p.message]
+    assert [(p.file, ref.id in p.message) for p in found] == [(f"{ref.path}/frames/00000.webp", True)]
+    assert not any("observation_hash" in p.message for p in validate(run.dir).problems)
 
 
 @pytest.mark.parametrize("query, expect", [

@@ -7,11 +7,13 @@ episode's index row (the commit marker) once they are on disk, and
 :meth:`EpisodeStore.wait` returns when all of it is done. Its files (MFM layout):
 ``episodes/ep_NNNNNN/{observation/image.png, state/state.json, action.json, outcome.json}``
 plus our per-step frames, ``frames/NNNNN.webp``: lossless vertical strips of up to
-``FRAMES_PER_CHUNK`` frames, so one step's frame is read by decoding one small image.
+``FRAMES_PER_CHUNK`` frames, so one step's frame is read by decoding one small image. Since
+format 1.1 ``observation/image.png`` is written only when the end observation is not the
+episode's last per-step frame (an episode with no steps, or a frame the caller changed);
+otherwise the index row's ``image`` is null and readers take that frame.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -24,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 from PIL import Image
 
-from mfm.memory.retrieval import forget_pending, remember_pending, remember_written
+from mfm.memory.retrieval import forget_pending, frame_hash, remember_pending, remember_written
 from mfm.schema import FRAMES_PER_CHUNK, IndexRow, StepRow, episode_id, frame_chunk
 
 Image.MAX_IMAGE_PIXELS = 64_000_000
@@ -37,10 +39,11 @@ def encode_png(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-STRIP_WEBP = {"lossless": True, "quality": 75, "method": 0}
-"""Encoder settings of the frame strips. Lossless: ``quality`` is the encoder's effort, not
-fidelity; 75 encodes Crafter strips in about 60% of the time of 100 for 1% more bytes
-(see docs/benchmarks.md, figures 5 and 6)."""
+STRIP_WEBP = {"lossless": True, "quality": 50, "method": 1}
+"""Encoder settings of the frame strips. Lossless: ``quality`` and ``method`` set the
+encoder's effort, not fidelity. Method 1 at quality 50 stores Crafter frames in ~15% fewer
+bytes than method 0 for ~3x its encoding time (~0.7 ms a frame), which the encoder thread
+spends off the agent's path (docs/benchmarks.md, figures 5 and 6)."""
 
 
 def encode_strip(arr: np.ndarray) -> bytes:
@@ -65,11 +68,6 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + ENCODER_NICE)
     except (AttributeError, OSError):
         pass
-
-
-def frame_hash(frame: np.ndarray) -> str:
-    """A short content hash of a frame (the index's ``observation_hash``)."""
-    return hashlib.blake2b(np.ascontiguousarray(frame).tobytes(), digest_size=8).hexdigest()
 
 
 def write_strips(root: Path, episode_path: str, frames: list[np.ndarray]) -> None:
@@ -100,7 +98,7 @@ class _Commit:
     episode_path: str
     records: list[tuple[str, Any]]
     strips: list[tuple[Path, np.ndarray]]
-    observation: np.ndarray
+    observation: np.ndarray | None
     row: IndexRow
     then: Callable[[IndexRow], None] | None = None
 
@@ -116,7 +114,8 @@ class _Commit:
             for rel, obj in self.records:
                 (ep_dir / rel).write_bytes(dump_json(obj))
             _write_strips(self.strips)
-            (ep_dir / "observation" / "image.png").write_bytes(encode_png(self.observation))
+            if self.observation is not None:
+                (ep_dir / "observation" / "image.png").write_bytes(encode_png(self.observation))
         except BaseException:
             for path, _ in self.strips:
                 forget_pending(path)
@@ -199,7 +198,7 @@ class EpisodeStore:
                    ("action.json", {"turn": rec.turn, "first_step": rec.first_step, **rec.action}),
                    ("outcome.json", {"last_step": rec.last_step, "tags": tags, "events": events, **outcome})]
         commit = _Commit(self.root, rec.path, records, _strips(self.root, rec.path, rec.frames),
-                         np.array(observation, dtype=np.uint8), row, then)
+                         None if row.image is None else np.array(observation, dtype=np.uint8), row, then)
         self._pending.append((self._encoder.submit(commit.run), commit))
         return row
 
@@ -232,11 +231,13 @@ class EpisodeStore:
     def index_row(rec: EpisodeRecording, *, observation: np.ndarray, summary: str, tags: list[str],
                   events: list[str], x: float | None, y: float | None, outcome_label: str | None,
                   note: str | None = None) -> IndexRow:
-        """The index row of a finished episode."""
+        """The index row of a finished episode. ``image`` is null when the end observation is
+        the last per-step frame (readers take it from the strip; no second copy is stored)."""
+        stored = bool(rec.frames) and np.array_equal(rec.frames[-1], observation)
         return IndexRow(
             id=rec.id, kind=rec.kind, action_kind=rec.action_kind, first_step=rec.first_step,
             last_step=rec.last_step, summary=summary, tags=tuple(tags), x=x, y=y, path=rec.path,
-            image=f"{rec.path}/observation/image.png", life=rec.life, turn=rec.turn,
+            image=None if stored else f"{rec.path}/observation/image.png", life=rec.life, turn=rec.turn,
             events=tuple(events), outcome=outcome_label, note=note,
             observation_hash=frame_hash(observation), frames=len(rec.frames),
         )

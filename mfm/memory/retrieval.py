@@ -5,6 +5,7 @@ cues leave out) and by the dashboard (to show them). Nothing here writes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections import OrderedDict
@@ -161,11 +162,24 @@ def _read_strip(path: Path) -> np.ndarray:
     return read_png(path)
 
 
+def frame_hash(frame: np.ndarray) -> str:
+    """A short content hash of a frame (the index's ``observation_hash``)."""
+    return hashlib.blake2b(np.ascontiguousarray(frame).tobytes(), digest_size=8).hexdigest()
+
+
 def observation(run_dir: Path, ref: IndexRow) -> np.ndarray:
-    """The frame recorded when the episode ended (``observation/image.png``)."""
-    if not ref.image:
-        raise FrameError(f"{ref.id}: the index names no observation image")
-    return read_png(run_dir / ref.image)
+    """The frame recorded when the episode ended: ``observation/image.png`` if the index names
+    it, else (format 1.1) the episode's last per-step frame, checked against the index's
+    ``observation_hash``."""
+    if ref.image:
+        return read_png(run_dir / ref.image)
+    if ref.frames and ref.observation_hash:
+        frame = episode_frame(run_dir, ref, ref.frames - 1)
+        if frame_hash(frame) != ref.observation_hash:
+            raise FrameError(f"{ref.id}: its last frame does not match the index's observation_hash "
+                             f"{ref.observation_hash} (the frame strip was changed)")
+        return frame
+    raise FrameError(f"{ref.id}: the index names no observation image")
 
 
 def episode_frame(run_dir: Path, ref: IndexRow, i: int, size: int | None = None) -> np.ndarray:

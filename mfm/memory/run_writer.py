@@ -4,7 +4,7 @@ Each episode is committed whole by :meth:`RunWriter.end_episode`: its trace, gri
 milestone and life rows first (flushed), then its folder (records, frame strips,
 observation image, written on the episode store's background thread), then, once those are
 on disk, its index row (the commit marker), appended by that thread; the log section and
-the manifest are written meanwhile. With ``background_commit=False`` ``end_episode`` waits
+the manifest (at most once a second, ``MANIFEST_EVERY_S``) are written meanwhile. With ``background_commit=False`` ``end_episode`` waits
 for the commit; with ``True`` it returns at once and waits for the previous episode's
 commit instead, so the files of an episode are written while the next one plays and at
 most one episode is committed late. A process killed at any moment loses at most the
@@ -14,6 +14,7 @@ index only if its files are on disk (``tests/test_crash.py``).
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -27,6 +28,11 @@ from mfm.memory.spatial import SpatialGrid
 from mfm.schema import (LOGS, MANIFEST, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, TurnRow)
 
 LOG_RULE = "=" * 80
+MANIFEST_EVERY_S = 1.0
+"""How often, at most, an episode's end rewrites ``run.json`` (its ``last_step``) while the
+run goes on; milestones, lives and the run's end are written at once. Rewriting it after
+every episode cost ~1 ms each (docs/benchmarks.md, figure 5); readers of a running run take
+its steps from ``steps.jsonl``, not from the manifest."""
 
 
 class RunWriter:
@@ -40,6 +46,8 @@ class RunWriter:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.dir = run_dir
         self.manifest = manifest
+        self._written_manifest: RunManifest | None = None
+        self._manifest_at = 0.0
         self._write_manifest()
         self.episodes = EpisodeStore(run_dir)
         self.index = EpisodeIndex()
@@ -56,6 +64,14 @@ class RunWriter:
 
     def _write_manifest(self) -> None:
         write_atomic(self.dir / MANIFEST, (self.manifest.to_json() + "\n").encode("utf-8"))
+        self._written_manifest, self._manifest_at = self.manifest, time.monotonic()
+
+    def _manifest_due(self) -> bool:
+        """Whether ``run.json`` should be rewritten now: a field other than ``last_step``
+        changed since it was last written, or ``MANIFEST_EVERY_S`` passed."""
+        old = self._written_manifest
+        return (old is None or time.monotonic() - self._manifest_at >= MANIFEST_EVERY_S
+                or dataclasses.replace(old, last_step=self.manifest.last_step) != self.manifest)
 
     def update_manifest(self, **changes: Any) -> None:
         """Replace fields of ``run.json`` (written atomically)."""
@@ -81,7 +97,9 @@ class RunWriter:
         row = self.episodes.finalize(rec, observation=observation, then=self._commit_row, **finalize)
         self.index.append(row)
         self._log_section(row, log_lines)
-        self.update_manifest(last_step=max(self.manifest.last_step, row.last_step))
+        self.manifest = dataclasses.replace(self.manifest, last_step=max(self.manifest.last_step, row.last_step))
+        if self._manifest_due():
+            self._write_manifest()
         if not self.background_commit:
             self.episodes.wait()
         return row
