@@ -103,6 +103,7 @@ def test_end_observation_is_stored_once(tmp_path: Path, changed: bool):
                          outcome_label=None)
     store.close()
     forget_written()
+    assert (tmp_path / rec.path / "observation").exists() == changed
     assert (tmp_path / rec.path / "observation" / "image.png").exists() == changed
     assert (row.image is not None) == changed
     assert np.array_equal(observation(tmp_path, row), end)

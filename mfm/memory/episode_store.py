@@ -109,12 +109,12 @@ class _Commit:
     def run(self) -> None:
         ep_dir = self.root / self.episode_path
         try:
-            (ep_dir / "observation").mkdir(parents=True, exist_ok=True)
-            (ep_dir / "state").mkdir(exist_ok=True)
+            (ep_dir / "state").mkdir(parents=True, exist_ok=True)
             for rel, obj in self.records:
                 (ep_dir / rel).write_bytes(dump_json(obj))
             _write_strips(self.strips)
             if self.observation is not None:
+                (ep_dir / "observation").mkdir(exist_ok=True)
                 (ep_dir / "observation" / "image.png").write_bytes(encode_png(self.observation))
         except BaseException:
             for path, _ in self.strips:

@@ -4,10 +4,10 @@ Each episode is committed whole by :meth:`RunWriter.end_episode`: its trace, gri
 milestone and life rows first (flushed), then its folder (records, frame strips,
 observation image, written on the episode store's background thread), then, once those are
 on disk, its index row (the commit marker), appended by that thread; the log section and
-the manifest (at most once a second, ``MANIFEST_EVERY_S``) are written meanwhile. With ``background_commit=False`` ``end_episode`` waits
-for the commit; with ``True`` it returns at once and waits for the previous episode's
-commit instead, so the files of an episode are written while the next one plays and at
-most one episode is committed late. A process killed at any moment loses at most the
+the manifest (at most once a second, ``MANIFEST_EVERY_S``) are written meanwhile. With
+``background_commit=False`` ``end_episode`` waits for the commit; with ``True`` it returns
+at once and waits for the previous episode's commit instead, so the files of an episode
+are written while the next one plays and at most one episode is committed late. A process killed at any moment loses at most the
 episode in flight and, in background mode, the one being committed: an episode is in the
 index only if its files are on disk (``tests/test_crash.py``).
 """
