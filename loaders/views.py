@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from loaders.run import Run
-from mfm.memory.retrieval import FrameError
+from mfm.memory.retrieval import FrameError, ends_in_strip
 from mfm.schema import EPISODE_ID, IndexRow
 
 MAX_POINTS = 50_000
@@ -572,7 +572,7 @@ def frame_for(run: Run, step: int | None = None, episode: str | None = None) -> 
         _check_ref(run, ref)
         return run.frame(step)
     end = _episode_ending(run, step)
-    if end is not None and (end.image or end.frames):
+    if end is not None and (end.image or ends_in_strip(end)):
         _check_ref(run, end)
         return run.observation(end.id)
     raise FrameError(f"{run.name}: no stored frame for step {step}")

@@ -22,7 +22,7 @@ import pyarrow as pa
 from mfm import fastread, tablecache
 from mfm.fastread import read_arrow
 from mfm.memory.agent_memory import apply_diff, sha256
-from mfm.memory.retrieval import FrameError, frame_hash, read_png
+from mfm.memory.retrieval import FrameError, check_end_frame, ends_in_strip, read_png
 from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, MemoryWrite, Problem, RunManifest,
                         StepRow, frame_chunk, read_manifest, read_table)
 
@@ -443,8 +443,8 @@ def _check_strip(c: RunContents, run_dir: Path, p: Path, n: int, r: IndexRow, k:
     if strip.shape[0] != count * strip.shape[1]:
         c.problems.append(Problem(str(p.relative_to(run_dir)), 0,
                                   f"holds {strip.shape[0] / strip.shape[1]:g} frames, index.jsonl:{n} says {count}"))
-    elif (r.image is None and r.observation_hash and (k + 1) * FRAMES_PER_CHUNK >= r.frames
-          and frame_hash(strip[-strip.shape[1]:]) != r.observation_hash):
-        c.problems.append(Problem(str(p.relative_to(run_dir)), 0,
-                                  f"its last frame, {r.id}'s end observation, does not match index.jsonl:{n}'s "
-                                  f"observation_hash {r.observation_hash}"))
+    elif ends_in_strip(r) and (k + 1) * FRAMES_PER_CHUNK >= r.frames:
+        try:
+            check_end_frame(r, strip[-strip.shape[1]:])
+        except FrameError as e:
+            c.problems.append(Problem(str(p.relative_to(run_dir)), 0, f"{e} (index.jsonl:{n})"))

@@ -233,11 +233,11 @@ class EpisodeStore:
                   note: str | None = None) -> IndexRow:
         """The index row of a finished episode. ``image`` is null when the end observation is
         the last per-step frame (readers take it from the strip; no second copy is stored)."""
-        stored = bool(rec.frames) and np.array_equal(rec.frames[-1], observation)
+        in_strip = bool(rec.frames) and np.array_equal(rec.frames[-1], observation)
         return IndexRow(
             id=rec.id, kind=rec.kind, action_kind=rec.action_kind, first_step=rec.first_step,
             last_step=rec.last_step, summary=summary, tags=tuple(tags), x=x, y=y, path=rec.path,
-            image=None if stored else f"{rec.path}/observation/image.png", life=rec.life, turn=rec.turn,
+            image=None if in_strip else f"{rec.path}/observation/image.png", life=rec.life, turn=rec.turn,
             events=tuple(events), outcome=outcome_label, note=note,
             observation_hash=frame_hash(observation), frames=len(rec.frames),
         )

@@ -173,13 +173,24 @@ def observation(run_dir: Path, ref: IndexRow) -> np.ndarray:
     ``observation_hash``."""
     if ref.image:
         return read_png(run_dir / ref.image)
-    if ref.frames and ref.observation_hash:
+    if ends_in_strip(ref):
         frame = episode_frame(run_dir, ref, ref.frames - 1)
-        if frame_hash(frame) != ref.observation_hash:
-            raise FrameError(f"{ref.id}: its last frame does not match the index's observation_hash "
-                             f"{ref.observation_hash} (the frame strip was changed)")
+        check_end_frame(ref, frame)
         return frame
     raise FrameError(f"{ref.id}: the index names no observation image")
+
+
+def ends_in_strip(ref: IndexRow) -> bool:
+    """Whether the episode's end observation is its last per-step frame (format 1.1: no
+    image named, frames stored, a hash to check them against)."""
+    return not ref.image and ref.frames > 0 and bool(ref.observation_hash)
+
+
+def check_end_frame(ref: IndexRow, frame: np.ndarray) -> None:
+    """Raise FrameError unless ``frame`` is the end observation ``ref``'s hash names."""
+    if frame_hash(frame) != ref.observation_hash:
+        raise FrameError(f"{ref.id}: its last frame does not match the index's observation_hash "
+                         f"{ref.observation_hash} (the frame strip was changed)")
 
 
 def episode_frame(run_dir: Path, ref: IndexRow, i: int, size: int | None = None) -> np.ndarray:

@@ -7,9 +7,10 @@ on disk, its index row (the commit marker), appended by that thread; the log sec
 the manifest (at most once a second, ``MANIFEST_EVERY_S``) are written meanwhile. With
 ``background_commit=False`` ``end_episode`` waits for the commit; with ``True`` it returns
 at once and waits for the previous episode's commit instead, so the files of an episode
-are written while the next one plays and at most one episode is committed late. A process killed at any moment loses at most the
-episode in flight and, in background mode, the one being committed: an episode is in the
-index only if its files are on disk (``tests/test_crash.py``).
+are written while the next one plays and at most one episode is committed late. A process
+killed at any moment loses at most the episode in flight and, in background mode, the one
+being committed: an episode is in the index only if its files are on disk
+(``tests/test_crash.py``).
 """
 from __future__ import annotations
 
@@ -46,8 +47,6 @@ class RunWriter:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.dir = run_dir
         self.manifest = manifest
-        self._written_manifest: RunManifest | None = None
-        self._manifest_at = 0.0
         self._write_manifest()
         self.episodes = EpisodeStore(run_dir)
         self.index = EpisodeIndex()
@@ -69,9 +68,8 @@ class RunWriter:
     def _manifest_due(self) -> bool:
         """Whether ``run.json`` should be rewritten now: a field other than ``last_step``
         changed since it was last written, or ``MANIFEST_EVERY_S`` passed."""
-        old = self._written_manifest
-        return (old is None or time.monotonic() - self._manifest_at >= MANIFEST_EVERY_S
-                or dataclasses.replace(old, last_step=self.manifest.last_step) != self.manifest)
+        return (time.monotonic() - self._manifest_at >= MANIFEST_EVERY_S
+                or dataclasses.replace(self._written_manifest, last_step=self.manifest.last_step) != self.manifest)
 
     def update_manifest(self, **changes: Any) -> None:
         """Replace fields of ``run.json`` (written atomically)."""
