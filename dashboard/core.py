@@ -2,7 +2,8 @@
 
 A run is named in URLs by its *key*: its folder relative to the runs root (``a/b/run``).
 Keys from a URL are untrusted: :func:`resolve_run_key` refuses absolute paths, ``..`` and
-symlinks leaving the root, and folders that are not runs.
+symlinks leaving the root, keys too long or holding control characters, and folders that are
+not runs; :func:`param_problem` bounds every query parameter.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dashboard.safe_text import clip
 from loaders.formats import detect
 from loaders.views import UnsafePath, inside
 from mfm.schema import EPISODE_ID
@@ -19,6 +21,11 @@ REPO = Path(__file__).resolve().parent.parent
 PAGES_DIR = REPO / "pages" if (REPO / "pages").is_dir() else Path(__file__).resolve().parent / "page_files"
 """The top-level pages/ of a checkout, or dashboard/page_files/ where ``pip install .`` put it."""
 MAX_FRAMES = 4
+MAX_KEY, NAME_MAX = 400, 255
+"""Longest run key accepted from a URL, and longest folder name in it (bytes, as file systems count)."""
+MAX_PARAM, MAX_PARAM_NAME = 8_000, 64
+PARAM_LIMITS = {"q": 20_000}
+"""Longest value of a URL query parameter (an SQL query may be longer), and of its name."""
 
 
 def runs_root(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Path:
@@ -32,18 +39,48 @@ def runs_root(argv: list[str] | None = None, env: dict[str, str] | None = None) 
 
 
 def resolve_run_key(root: Path, key: str) -> Path:
-    """The run folder for a key from a URL; raise UnsafePath with a clear reason otherwise."""
-    path = inside(root, key.strip().strip("/") if isinstance(key, str) else key)
-    if path == root.resolve():
-        raise UnsafePath(f"{key!r} is the runs root itself, not a run")
-    if detect(path) is None:
-        raise UnsafePath(f"{key!r} is not a run under the runs root")
+    """The run folder for a key from a URL; raise UnsafePath with a short reason otherwise.
+    Absolute keys, keys too long for a file system and keys holding control characters are
+    refused before any file is looked at; an OSError on the way is refused too. The reason
+    quotes at most 60 characters of the key, and never an absolute path."""
+    if not isinstance(key, str):
+        raise UnsafePath(f"{type(key).__name__} is not a run key")
+    key = key.strip()
+    if key.startswith(("/", "\\")):
+        raise UnsafePath("an absolute path")
+    key = key.rstrip("/")
+    shown = repr(clip(key, 60))
+    if len(key) > MAX_KEY or any(len(p.encode()) > NAME_MAX for p in key.split("/")):
+        raise UnsafePath(f"{shown} is too long for a run folder ({len(key):,} characters)")
+    if key != clip(key):
+        raise UnsafePath(f"{shown} holds control characters")
+    try:
+        path = inside(root, key)
+        if path == root.resolve():
+            raise UnsafePath(f"{shown} is the runs root itself, not a run")
+        if detect(path) is None:
+            raise UnsafePath(f"{shown} is not a run under the runs root")
+    except OSError as e:
+        raise UnsafePath(f"{shown} cannot be read ({e.strerror or type(e).__name__})") from None
     return path
 
 
 def run_key(root: Path, path: Path) -> str:
     """The key of a run folder (its path relative to the root, POSIX style)."""
     return path.resolve().relative_to(root.resolve()).as_posix()
+
+
+def param_problem(name: str, value: str) -> str | None:
+    """Why a URL query parameter is refused (None when it is acceptable): a name or value
+    too long (:data:`MAX_PARAM`, :data:`PARAM_LIMITS`) or a NUL character."""
+    limit = PARAM_LIMITS.get(name, MAX_PARAM)
+    if len(name) > MAX_PARAM_NAME:
+        return f"has a name of {len(name):,} characters (at most {MAX_PARAM_NAME})"
+    if len(value) > limit:
+        return f"is {len(value):,} characters long (at most {limit:,})"
+    if "\x00" in name + value:
+        return "holds a NUL character"
+    return None
 
 
 def split_list(value: str | None) -> list[str]:

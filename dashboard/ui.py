@@ -3,6 +3,9 @@
 Every piece of view state (selected runs, focused run, episode, step, frames, cell, ...)
 lives in the URL query string, so any view is a shareable deep link. Values are also kept
 in the session, so moving between pages through the sidebar keeps the selection.
+
+Run data and URL values reach Markdown-rendering elements only through :func:`md` or
+:func:`md_code` (``dashboard.safe_text``), which also write paths relative to the runs root.
 """
 from __future__ import annotations
 
@@ -16,8 +19,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard.core import PAGES_DIR, live_caption, resolve_run_key, run_key, runs_root, split_list, \
-    status_changes
+from dashboard import safe_text
+from dashboard.core import PAGES_DIR, live_caption, param_problem, resolve_run_key, run_key, runs_root, \
+    split_list, status_changes
 from dashboard.theme import STATUS_LABELS
 from loaders import views
 from loaders.live import LiveRuns, needs_refresh, watch_key
@@ -53,6 +57,17 @@ def root() -> Path:
     return runs_root(sys.argv[1:])
 
 
+def md(text: object, limit: int | None = None) -> str:
+    """Run data, an error or a URL value as Markdown that shows it literally (no image,
+    link or HTML can form), with paths under the runs root written relative to it."""
+    return safe_text.md(safe_text.relative_paths(str(text), root()), limit)
+
+
+def md_code(text: object, limit: int | None = None) -> str:
+    """Like :func:`md`, as an inline code span."""
+    return safe_text.md_code(safe_text.relative_paths(str(text), root()), limit)
+
+
 def qp(name: str) -> str | None:
     """One query parameter (the last value if repeated)."""
     v = st.query_params.get(name)
@@ -74,8 +89,22 @@ def set_qp(**values: Any) -> None:
             sticky.pop(k, None)
 
 
+def drop_bad_params() -> None:
+    """Remove query parameters that are too long or hold NUL (``core.param_problem``) from
+    the URL, with a short note each, before any page reads them."""
+    sticky = st.session_state.setdefault(STICKY, {})
+    for k in list(st.query_params):
+        why = next(filter(None, (param_problem(k, v) for v in st.query_params.get_all(k))), None)
+        if why:
+            del st.query_params[k]
+            sticky.pop(k, None)
+            st.warning(f"URL parameter {md_code(k, 40)} {why}: ignored.", icon="🚫")
+
+
 def restore(keys: tuple[str, ...]) -> None:
-    """Put back query parameters this session had set that the URL lacks (after a page change)."""
+    """Put back query parameters this session had set that the URL lacks (after a page
+    change), once parameters the dashboard refuses are dropped."""
+    drop_bad_params()
     sticky = st.session_state.setdefault(STICKY, {})
     for k in (*GLOBAL_KEYS, *keys):
         if k in st.query_params:
@@ -119,7 +148,8 @@ def selected_runs() -> list[tuple[str, Run]]:
         try:
             path = resolve_run_key(base, key)
         except UnsafePath as e:
-            st.error(f"Refused run path: {e}. Runs are named relative to the runs root {base}.", icon="🚫")
+            st.error(f"Refused run path: {md(e)}. Runs are named by their folder relative to the runs root.",
+                     icon="🚫")
             continue
         if key not in [k for k, _ in out]:
             out.append((run_key(base, path), get_run(path)))
@@ -133,7 +163,7 @@ def focus_run(runs: list[tuple[str, Run]]) -> tuple[str, Run] | None:
     keys = [k for k, _ in runs]
     want = qp("run")
     if want and want not in keys:
-        st.warning(f"Run {want!r} from the URL is not among the open runs; showing {keys[0]}.")
+        st.warning(f"Run {md(repr(want), 80)} from the URL is not among the open runs; showing {md_code(keys[0])}.")
     return runs[keys.index(want)] if want in keys else runs[0]
 
 
@@ -147,7 +177,7 @@ def sidebar(page_keys: tuple[str, ...] = ()) -> tuple[list[tuple[str, Run]], tup
     runs = selected_runs()
     focus = focus_run(runs)
     with st.sidebar:
-        st.caption(f"Runs root: `{root()}`")
+        st.caption(f"Runs root: {md_code(root().name)}")
         if runs:
             keys = [k for k, _ in runs]
             st.session_state["w_focus"] = focus[0] if focus else keys[0]
@@ -156,7 +186,7 @@ def sidebar(page_keys: tuple[str, ...] = ()) -> tuple[list[tuple[str, Run]], tup
             if focus:
                 m = focus[1].manifest
                 if m:
-                    st.caption(f"{m.task} · {m.method} · seed {m.seed} · {focus[1].status}")
+                    st.caption(md(f"{m.task} · {m.method} · seed {m.seed} · {focus[1].status}"))
         else:
             st.caption("No run open: pick runs on the Runs page.")
     if focus and qp("run") != focus[0]:
@@ -216,8 +246,11 @@ def show_problems(key: str, run: Run) -> None:
     probs = views.problems_table(run)
     if not len(probs):
         return
+    base = root()
+    probs = probs.assign(**{c: [safe_text.relative_paths(str(v), base) for v in probs[c]]
+                            for c in ("where", "message")})
     errors = int((probs["severity"] == "error").sum())
-    label = f"⚠️ {key}: {len(probs)} problem(s), {errors} error(s) — the run is damaged"
+    label = f"⚠️ {md(key)}: {len(probs)} problem(s), {errors} error(s) — the run is damaged"
     with st.expander(label, expanded=False):
         st.warning("These lines or files were skipped; everything else of the run is shown.")
         st.dataframe(probs, hide_index=True, width="stretch",
@@ -275,7 +308,8 @@ def follow_live(shown: list[tuple[str, Run]]) -> None:
             del stopped[k]
     for k, (old, new) in stopped.items():
         if k in now:
-            st.info(f"`{k}` stopped being written: {STATUS_LABELS.get(old, old)} → {STATUS_LABELS.get(new, new)}.",
+            st.info(f"{md_code(k)} stopped being written: {md(STATUS_LABELS.get(old, old))} → "
+                    f"{md(STATUS_LABELS.get(new, new))}.",
                     icon=":material/flag:")
     running = {k: str(r.path) for k, r in shown if r.status == "running"}
     if not running:

@@ -26,6 +26,7 @@ import pandas as pd
 
 from loaders.formats import detect, source_for
 from loaders.sources import DirSource, Source
+from loaders.usersql import duckdb_config
 from mfm.memory.agent_memory import blame, rebuild
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError
@@ -35,14 +36,6 @@ from mfm.validate import RunContents
 STALE_SECONDS = 300
 """A run whose manifest still says running but whose files have not changed for this long
 is shown as crashed (its writer is gone)."""
-
-SAFE_DUCKDB = {
-    "enable_external_access": False,
-    "autoload_known_extensions": False,
-    "autoinstall_known_extensions": False,
-    "python_enable_replacements": False,
-    "lock_configuration": True,
-}
 
 TABLE_NAMES = {
     "index.jsonl": "episodes", "steps.jsonl": "steps", "turns.jsonl": "turns", "grid.jsonl": "grid",
@@ -120,7 +113,12 @@ class Run:
         """Everything in the run, read on first use."""
         with self._lock:
             if self._contents is None:
-                self._contents = self.source.contents()
+                try:
+                    self._contents = self.source.contents()
+                except Exception as e:  # noqa: BLE001 - one unreadable run must not take down a page of runs
+                    why = str(e).replace(str(self.path), self.path.name)
+                    self._contents = RunContents(self.path, None, problems=[
+                        Problem(self.path.name, 0, f"could not be read: {type(e).__name__}: {why}")])
             return self._contents
 
     @property
@@ -194,21 +192,24 @@ class Run:
     def memory_writes(self) -> pd.DataFrame:
         return self.table("memory_writes")
 
-    @cached_property
-    def db(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB with one view per table (derived, rebuilt from the files), built
-        on first use: only SQL typed by a user needs it (the SQL page, ``Run.sql``).
-
-        Locked down for SQL typed by users: no file system or network access (no COPY TO,
-        ATTACH, read_csv of paths), no extensions, no scanning of Python variables, and the
-        configuration cannot be changed back."""
-        con = duckdb.connect(":memory:", config=SAFE_DUCKDB)
+    def connect(self, folder: str | None = None, **settings: str | int | bool) -> duckdb.DuckDBPyConnection:
+        """A new in-memory DuckDB with one view per table (the DataFrames, registered without a
+        copy), locked down (``loaders.usersql.duckdb_config``: no file system, network, extension
+        or Python-variable access, configuration locked; DuckDB's files in ``folder``, default a
+        private folder of this process, never ``<cwd>/.tmp``), with ``settings`` such as memory_limit."""
+        con = duckdb.connect(":memory:", config=duckdb_config(folder, **settings))
         for name in TABLE_NAMES.values():
             con.register(name, self.table(name))
         return con
 
+    @cached_property
+    def db(self) -> duckdb.DuckDBPyConnection:
+        """The connection of :meth:`sql`, shared by its callers and built on first use."""
+        return self.connect()
+
     def sql(self, query: str) -> duckdb.DuckDBPyRelation:
-        """Run SQL over this run's views."""
+        """Run SQL over this run's views, for notebooks: any statement, on the shared :attr:`db`, with
+        no time limit. SQL from the dashboard goes through ``loaders.usersql.run_user_query`` instead."""
         with self._lock:
             return self.db.sql(query)
 

@@ -2,7 +2,8 @@
 
 Every function that feeds a chart bounds what it returns (``max_*`` arguments), binning or
 striding long runs so a 36,000-step run never sends a browser more than ~50k points. Frame
-access goes through :func:`frame_for`, which refuses episode paths leaving the run folder.
+access goes through :func:`frame_for`; the run's source refuses paths leaving the run folder
+(``mfm.boundary``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from loaders.run import Run
+from mfm.boundary import UnsafePath, inside  # noqa: F401 - re-exported for the pages
 from mfm.memory.retrieval import FrameError, ends_in_strip
 from mfm.schema import EPISODE_ID, IndexRow
 
@@ -32,24 +34,6 @@ TILES_X, TILES_Y, MAP_TILES_Y = 9, 9, 7
 
 
 EPISODE_IN_PATH = re.compile(r"ep_\d{6,}")
-
-
-class UnsafePath(ValueError):
-    """A path named by a run (or a URL) that would leave the folder it must stay in."""
-
-
-def inside(base: Path, rel: str) -> Path:
-    """``base / rel`` resolved, refusing absolute paths, ``..`` and symlinks that leave ``base``."""
-    if not isinstance(rel, str) or not rel or "\x00" in rel:
-        raise UnsafePath(f"empty or invalid path {rel!r}")
-    p = Path(rel)
-    if p.is_absolute() or rel.startswith(("/", "\\")) or "\\" in rel or ".." in p.parts:
-        raise UnsafePath(f"{rel!r} is not a plain relative path (absolute paths and '..' are refused)")
-    base = base.resolve()
-    target = (base / p).resolve()
-    if target != base and base not in target.parents:
-        raise UnsafePath(f"{rel!r} leads outside {base} (through a symlink), refused")
-    return target
 
 
 def _bins(lo: int, hi: int, n: int) -> np.ndarray:
@@ -545,14 +529,6 @@ def visits_per_cell(runs: list[Run]) -> pd.DataFrame:
                                        lives=("life", "nunique")).reset_index()
 
 
-def _check_ref(run: Run, ref: IndexRow) -> None:
-    """Refuse an index row whose episode folder or image lies outside the run folder."""
-    if run.path.is_dir():
-        inside(run.path, ref.path)
-        if ref.image:
-            inside(run.path, ref.image)
-
-
 def frame_for(run: Run, step: int | None = None, episode: str | None = None) -> np.ndarray:
     """A frame of the run: the frame of env ``step``, or the end observation of ``episode``.
 
@@ -563,17 +539,14 @@ def frame_for(run: Run, step: int | None = None, episode: str | None = None) -> 
         ref = run.episode(episode)
         if ref is None:
             raise FrameError(f"{run.name}: no episode {episode}")
-        _check_ref(run, ref)
         return run.observation(episode)
     if step is None:
         raise FrameError("name a step or an episode")
     ref = run.index.episode_at(step)
     if ref is not None:
-        _check_ref(run, ref)
         return run.frame(step)
     end = _episode_ending(run, step)
     if end is not None and (end.image or ends_in_strip(end)):
-        _check_ref(run, end)
         return run.observation(end.id)
     raise FrameError(f"{run.name}: no stored frame for step {step}")
 
@@ -583,7 +556,6 @@ def frame_strip(run: Run, episode: str, max_frames: int = 32) -> list[tuple[int,
     ref = run.episode(episode)
     if ref is None:
         raise FrameError(f"{run.name}: no episode {episode}")
-    _check_ref(run, ref)
     if ref.frames == 0:
         return []
     idx = sorted(set(np.linspace(0, ref.frames - 1, min(max_frames, ref.frames)).round().astype(int).tolist()))
@@ -606,7 +578,6 @@ def episode_detail(run: Run, episode: str) -> EpisodeDetail:
     ref = run.episode(episode)
     if ref is None:
         raise KeyError(f"{run.name}: no episode {episode}")
-    _check_ref(run, ref)
     rec = run.episode_record(episode)
     st = run.steps()
     rows = st[st["episode"] == episode] if len(st) else st

@@ -53,13 +53,19 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     try:
         written = import_runs(Path(args.src), Path(args.dest))
-    except (ValueError, FileExistsError) as e:
+    except (ValueError, OSError) as e:
         print(f"mfm import: {e}", file=sys.stderr)
         return 2
     for d in written:
         c = validate(d)
         print(f"{d}: {len(c.tables['index.jsonl'])} episodes, {len(c.tables['steps.jsonl'])} steps; "
               f"{len(c.errors)} error(s), {len(c.problems) - len(c.errors)} warning(s)")
+        source = (c.manifest.config.get("imported_from") or {}) if c.manifest else {}
+        listed = source.get("problems") or []
+        for p in listed:
+            print(f"  left out of the source: {p}")
+        if source.get("problem_count", 0) > len(listed):
+            print(f"  ... {source['problem_count']} problems in the source in all")
     return 0
 
 
@@ -70,6 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from mfm.agent.config import LLMConfig
     from mfm.agent.llm import LLMUnavailable
+    from mfm.memory.appendlog import WriteError
 
     try:
         llm = None
@@ -93,10 +100,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     except LLMUnavailable as e:
         print(f"mfm run: {e}", file=sys.stderr)
         return 2
+    except WriteError as e:
+        print(f"mfm run: {e.describe()}: the run could not start", file=sys.stderr)
+        return 1
+    failed: WriteError | None = None
     try:
         runner.run()
     except KeyboardInterrupt:
         pass
+    except WriteError as e:
+        failed = e
     m = runner.writer.manifest
     s = runner.summary()
     reached = [n for n in m.milestone_order if n in m.milestones]
@@ -106,6 +119,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config.llm is not None:
         print(f"model {s['model']}: {s['requests']} requests, {s['failures']} failures, {s['prompt_tokens']} prompt + "
               f"{s['completion_tokens']} completion tokens, cost ${s['cost_usd']:.4f}")
+    if failed is not None:
+        on_disk = runner.writer.status_on_disk
+        closed = (f"run closed as crashed at step {s['steps']}" if on_disk == "crashed" else
+                  f"stopped at step {s['steps']}, but run.json could not be updated (it still says {on_disk})")
+        print(f"mfm run: {failed.describe()}: {closed}; earlier episodes are intact", file=sys.stderr)
+        return 1
     return 0 if m.status == "finished" else 130
 
 
@@ -163,6 +182,7 @@ def cmd_echo(args: argparse.Namespace) -> int:
     """Echo learner runs (``mfm echo run``) and their Success@0->k report (``mfm echo report``)."""
     from mfm.echo.agent import iter_configs, run_many
     from mfm.echo.measure import find_runs, summary_json, table
+    from mfm.memory.appendlog import WriteError
 
     if args.echo_command == "run":
         try:
@@ -176,8 +196,14 @@ def cmd_echo(args: argparse.Namespace) -> int:
             return 2
         command = " ".join(["mfm", "echo", "run", "--configs", args.configs, "--seeds", args.seeds,
                             "--episodes", str(args.episodes)])
-        results = run_many(configs, seeds, Path(args.out), episodes=args.episodes, step_cap=args.step_cap,
-                           jobs=args.jobs, command=command)
+        try:
+            results = run_many(configs, seeds, Path(args.out), episodes=args.episodes, step_cap=args.step_cap,
+                               jobs=args.jobs, command=command)
+        except OSError as e:
+            what = e.describe() if isinstance(e, WriteError) else e.strerror or str(e)
+            print(f"mfm echo run: {what}; the run it stopped is closed as crashed if its run.json could still be "
+                  f"written, finished runs are intact", file=sys.stderr)
+            return 1
         for d, what in results:
             print(f"{d}: {what}")
         if not args.no_report:

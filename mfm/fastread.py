@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from mfm.schema import MAX_COORD, MAX_LINE_BYTES, TOOLS, IndexRow, Record, TurnRow
+from mfm.schema import MAX_COORD, MAX_DEPTH, MAX_LINE_BYTES, TOOLS, IndexRow, Record, TurnRow
 
 MIN_BYTES = 256 * 1024
 """Smaller files are read faster line by line than by starting a DuckDB query."""
@@ -91,9 +91,16 @@ ARROW_TYPES = {"int": pa.int64(), "num": pa.float64(), "str": pa.string(), "bool
 """Field kinds the Arrow reader checks by type (``counts`` too: inferred, then checked)."""
 
 
+NOT_PLAIN_RELATIVE = r"^$|^/|\\|\x00|(^|/)\.\.(/|$)"
+"""A path that ``mfm.schema.plain_relative`` refuses (RE2 syntax)."""
+
+
 def _index_check(t: pa.Table) -> bool:
     """``IndexRow.check`` over columns."""
     return (pc.all(pc.match_substring_regex(t.column("id"), r"^ep_[0-9]{6,}$")).as_py()
+            and not pc.any(pc.match_substring_regex(t.column("path"), NOT_PLAIN_RELATIVE)).as_py()
+            and not pc.any(pc.fill_null(pc.match_substring_regex(t.column("image"), NOT_PLAIN_RELATIVE),
+                                        False)).as_py()
             and pc.all(pc.greater_equal(t.column("last_step"), t.column("first_step"))).as_py()
             and pc.all(pc.less_equal(t.column("frames"), pc.subtract(t.column("last_step"),
                                                                       t.column("first_step")))).as_py())
@@ -209,10 +216,8 @@ def read_arrow(path: Path, rtype: type[Record], ordered_by: str | None = None,
         return None
     if len(data) < MIN_BYTES or not data.endswith(b"\n") or b"\n\n" in data or data.startswith(b"\n"):
         return None
-    if len(data) > MAX_LINE_BYTES:
-        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n"))
-        if np.diff(ends, prepend=-1).max() > MAX_LINE_BYTES:
-            return None
+    if not _shallow_short_lines(data):
+        return None
     lines = data.count(b"\n")
     if all(k.rstrip("?") in ARROW_TYPES or k.rstrip("?") == "counts" for k in rtype.KINDS.values()):
         t = _arrow_columns(data, rtype)
@@ -245,6 +250,52 @@ def read_arrow(path: Path, rtype: type[Record], ordered_by: str | None = None,
     if table.num_rows != lines or not pc.all(table.column("__ok")).as_py():
         return None
     return _checked(table.drop_columns(["__ok"]), ordered_by, unique)
+
+
+def _shallow_short_lines(data: bytes) -> bool:
+    """No line longer than ``MAX_LINE_BYTES`` and none nesting deeper than ``MAX_DEPTH``
+    (the C++ readers recurse on nesting and must never see a hostile line: the tolerant
+    reader reports it instead). Lines with few brackets pass on a count; the rest are
+    measured outside strings, vectorised."""
+    arr = np.frombuffer(data, np.uint8)
+    ends = np.flatnonzero(arr == 10)
+    if len(data) > MAX_LINE_BYTES and np.diff(ends, prepend=-1).max() > MAX_LINE_BYTES:
+        return False
+    opens = np.flatnonzero((arr == 91) | (arr == 123))
+    if len(opens) <= MAX_DEPTH or int(np.diff(np.searchsorted(opens, ends), prepend=0).max()) <= MAX_DEPTH:
+        return True
+    depth = _max_depth(arr, ends)
+    return depth is not None and depth <= MAX_DEPTH
+
+
+_CLASS = np.zeros(256, np.uint8)
+_CLASS[[34, 92, 91, 123, 93, 125]] = [1, 2, 3, 3, 4, 4]
+"""Bytes that matter to nesting: 1 quote, 2 backslash, 3 opening and 4 closing bracket."""
+
+
+def _max_depth(arr: np.ndarray, ends: np.ndarray) -> int | None:
+    """The deepest nesting of arrays and objects on any line (``arr``: the file's bytes,
+    ``ends``: its newlines), brackets inside strings not counted; None when some line's
+    quotes or brackets do not balance (it is not valid JSON)."""
+    cls = _CLASS[arr]
+    pos = np.flatnonzero(cls)
+    ch = cls[pos]
+    k = np.arange(len(pos))
+    slash = ch == 2
+    preceded = np.zeros(len(pos), bool)
+    preceded[1:] = slash[:-1] & (np.diff(pos) == 1)
+    chain_start = np.maximum.accumulate(np.where(slash & ~preceded, k, 0))
+    backslashes = np.where(preceded, k - chain_start[np.maximum(k - 1, 0)], 0)
+    quote = (ch == 1) & (backslashes % 2 == 0)
+    quotes = np.cumsum(quote)
+    outside = (quotes - quote) % 2 == 0
+    step = (outside & (ch == 3)).astype(np.int64) - (outside & (ch == 4))
+    cut = np.searchsorted(pos, ends)
+    per_line = np.r_[0, quotes][cut]
+    depth = np.r_[0, np.cumsum(step)]
+    if np.any(np.diff(per_line, prepend=0) % 2) or np.any(depth[cut] != 0) or depth.min() < 0:
+        return None
+    return int(depth.max())
 
 
 def _checked(t: pa.Table, ordered_by: str | None, unique: str | None) -> pa.Table | None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
+import numpy as np
+
 SCHEMA_VERSION = "1.1"
 """1.1: ``IndexRow.image`` is null when the end observation is the episode's last per-step
 frame, which readers then take from its frame strip (docs/run-format.md, ``image``)."""
@@ -26,6 +28,9 @@ SCHEMA_MAJOR, SCHEMA_MINOR = (int(p) for p in SCHEMA_VERSION.split("."))
 
 EPISODE_ID = re.compile(r"^ep_\d{6,}$")
 MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 64
+"""No JSON value in a run nests deeper than this many arrays and objects (records nest 4 deep
+at most); deeper input is refused before it is parsed, so no reader recurses on it."""
 MAX_COORD = 1e7
 FRAMES_PER_CHUNK = 64
 
@@ -36,6 +41,14 @@ GRID_KINDS = ("walked", "placed", "opened", "blocked", "hazard", "water")
 LIFE_EVENTS = ("death", "respawn")
 MEMORY_OPS = ("create", "edit", "append", "disable", "delete")
 TOOLS = ("search", "inspect", "read", "write", "procedure", "atom", "consolidate", "model")
+
+
+def plain_relative(rel: Any) -> bool:
+    """Whether ``rel`` is a non-empty relative POSIX path with no ``..``, backslash or NUL
+    (what every path a run names must be: it stays inside the run folder)."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel or rel.startswith("/"):
+        return False
+    return ".." not in rel.split("/")
 
 
 def episode_id(n: int) -> str:
@@ -245,6 +258,10 @@ class IndexRow(Record):
             raise SchemaError(f"last_step {self.last_step} is before first_step {self.first_step}")
         if self.frames > self.last_step - self.first_step:
             raise SchemaError(f"frames {self.frames} exceeds the episode's {self.last_step - self.first_step} steps")
+        for name, rel in (("path", self.path), ("image", self.image)):
+            if rel is not None and not plain_relative(rel):
+                raise SchemaError(f"{name} must be a relative path inside the run (no '..', no leading '/'), "
+                                  f"got {rel!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,6 +492,53 @@ def check_version(version: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+
+
+def too_deep(raw: bytes) -> bool:
+    """Whether the arrays and objects of one JSON text nest deeper than ``MAX_DEPTH``.
+
+    Brackets inside strings do not count; an unterminated string counts what follows it
+    (erring on the deep side). Costs two byte counts unless the text holds more than
+    ``MAX_DEPTH`` opening brackets."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    steps = np.frombuffer(_JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS), np.uint8)
+    return bool(len(steps)) and int(np.cumsum(np.where((steps == 91) | (steps == 123), 1, -1)).max()) > MAX_DEPTH
+
+
+class JSONError(ValueError):
+    """A JSON text that cannot be taken: not UTF-8, not JSON, or nested too deep."""
+
+    def __init__(self, message: str, lineno: int = 1) -> None:
+        super().__init__(message)
+        self.lineno = lineno
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """Parse one JSON text from a run's files, refusing what no reader should recurse on.
+
+    Raises :class:`JSONError` with a message fit for a problem report (never RecursionError):
+    ``not UTF-8 (byte N)``, ``not valid JSON (… at line L column C)`` or ``nested deeper
+    than 64 levels``."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if too_deep(data):
+        raise JSONError(f"nested deeper than {MAX_DEPTH} levels")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise JSONError(f"not UTF-8 (byte {e.start})") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise JSONError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as e:
+        msg = getattr(e, "msg", str(e))
+        raise JSONError(f"not valid JSON ({msg} at column {getattr(e, 'colno', 0)})",
+                        getattr(e, "lineno", 1)) from None
+
+
 def iter_jsonl(path: Path, label: str | None = None) -> Iterator[tuple[int, Any, Problem | None]]:
     """Yield ``(line_number, parsed_json_or_None, problem_or_None)`` for each non-blank line.
 
@@ -507,16 +571,13 @@ def iter_jsonl(path: Path, label: str | None = None) -> Iterator[tuple[int, Any,
             if not text:
                 continue
             try:
-                obj = json.loads(text.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                yield lineno, None, Problem(name, lineno, f"not UTF-8 (byte {e.start}), skipped")
-                continue
-            except ValueError as e:
-                if not complete:
+                obj = parse_json(text)
+            except JSONError as e:
+                if not complete and str(e).startswith("not valid JSON"):
                     yield lineno, None, Problem(name, lineno, "truncated last line (the writer stopped mid-line), skipped",
                                                 "warning")
                 else:
-                    yield lineno, None, Problem(name, lineno, f"not valid JSON ({e.msg} at column {e.colno}), skipped")
+                    yield lineno, None, Problem(name, lineno, f"{e}, skipped")
                 continue
             yield lineno, obj, None
 
@@ -550,11 +611,9 @@ def read_manifest(run_dir: Path) -> tuple[RunManifest | None, list[Problem]]:
     except OSError as e:
         return None, [Problem(MANIFEST, 0, f"cannot read: {e.strerror or e}")]
     try:
-        obj = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        return None, [Problem(MANIFEST, 1, f"not UTF-8 (byte {e.start})")]
-    except ValueError as e:
-        return None, [Problem(MANIFEST, e.lineno, f"not valid JSON ({e.msg})")]
+        obj = parse_json(raw)
+    except JSONError as e:
+        return None, [Problem(MANIFEST, e.lineno, str(e))]
     problems: list[Problem] = []
     if isinstance(obj, dict):
         err, warn = check_version(obj.get("schema_version"))

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from mfm import fastread, tablecache
 from mfm.fastread import read_arrow
 from mfm.memory.agent_memory import apply_diff, sha256
-from mfm.memory.retrieval import FrameError, check_end_frame, ends_in_strip, read_png
+from mfm.boundary import UnsafePath, inside
+from mfm.memory.retrieval import FrameError, check_end_frame, decode_png, ends_in_strip
 from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, MemoryWrite, Problem, RunManifest,
                         StepRow, frame_chunk, read_manifest, read_table)
 
@@ -329,10 +331,7 @@ def validate(run_dir: Path, frames: bool = False, cache: bool = False) -> RunCon
         pool.shutdown(wait=True)
     if frames:
         for n, r in zip(c.lines["index.jsonl"], index):
-            for k in range(-(-r.frames // FRAMES_PER_CHUNK)):
-                p = run_dir / frame_chunk(r.path, k * FRAMES_PER_CHUNK)[0]
-                if p.is_file():
-                    _check_strip(c, run_dir, p, n, r, k)
+            _check_frames(c, run_dir, n, r)
     c.problems += file_problems
     if c.manifest is not None:
         steps = c.tables["steps.jsonl"]
@@ -386,39 +385,68 @@ def _problems(items: list) -> list[Problem]:
 
 
 def _file_problems(run_dir: Path, refs: list[tuple[int, str, str, str | None, int]]) -> list[Problem]:
-    """Missing episode folders, record files and frame strips, and folders no index row names.
+    """Missing episode folders, record files and frame strips, files that lead outside the
+    run through a symlink, and folders no index row names.
 
-    One directory listing of ``episodes/`` and plain ``os.stat`` calls on path strings (a
-    pathlib object per file costs more than the system call)."""
+    One directory listing of ``episodes/`` and plain ``os.lstat`` calls on path strings (a
+    pathlib object per file costs more than the system call); only a symlink met on the way
+    is resolved (``mfm.boundary.inside``)."""
     out: list[Problem] = []
     root = str(run_dir) + os.sep
     try:
-        folders = {e.name for e in os.scandir(root + "episodes") if e.is_dir()}
+        entries = {e.name: e.is_symlink() for e in os.scandir(root + "episodes") if e.is_dir()}
     except OSError:
-        folders = set()
+        entries = {}
     indexed = set()
 
-    def exists(rel: str) -> bool:
+    def kind(rel: str, linked: bool) -> str:
+        """``file``, ``missing``, ``outside`` or ``other`` (not a regular file)."""
         try:
-            return stat.S_ISREG(os.stat(root + rel).st_mode)
+            mode = os.lstat(root + rel).st_mode
+        except (OSError, ValueError):
+            return "missing"
+        if linked or stat.S_ISLNK(mode):
+            try:
+                mode = os.stat(inside(run_dir, rel)).st_mode
+            except UnsafePath:
+                return "outside"
+            except OSError:
+                return "missing"
+        return "file" if stat.S_ISREG(mode) else "other"
+
+    def linked_dir(rel: str) -> bool:
+        try:
+            return stat.S_ISLNK(os.lstat(root + rel).st_mode)
         except (OSError, ValueError):
             return False
 
     for n, ep, path, image, count in refs:
         indexed.add(path)
         parent, _, name = path.rpartition("/")
-        if (parent != "episodes" or name not in folders) and not (run_dir / path).is_dir():
+        if (parent != "episodes" or name not in entries) and not (run_dir / path).is_dir():
             out.append(Problem("index.jsonl", n, f"{ep}: episode folder {path} is missing"))
             continue
+        folder_linked = entries.get(name, True) if parent == "episodes" else True
+        sub = {d: folder_linked or linked_dir(f"{path}/{d}") for d in ("state", "frames", "observation")}
         for rel in (f"{path}/action.json", f"{path}/outcome.json", f"{path}/state/state.json") + (
                 (image,) if image else ()):
-            if not exists(rel):
+            linked = folder_linked or not rel.startswith(path + "/") or any(
+                v and rel.startswith(f"{path}/{d}/") for d, v in sub.items())
+            found = kind(rel, linked)
+            if found == "outside":
+                out.append(Problem("index.jsonl", n, f"{ep}: {_rel(run_dir, rel)} leads outside the run "
+                                                     "(through a symlink), refused"))
+            elif found != "file":
                 out.append(Problem("index.jsonl", n, f"{ep}: {_rel(run_dir, rel)} is missing", "warning"))
         for k in range(-(-count // FRAMES_PER_CHUNK)):
             rel = frame_chunk(path, k * FRAMES_PER_CHUNK)[0]
-            if not exists(rel):
+            found = kind(rel, sub["frames"])
+            if found == "outside":
+                out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} leads outside the "
+                                                     "run (through a symlink), refused"))
+            elif found != "file":
                 out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} is missing"))
-    for name in sorted(folders):
+    for name in sorted(entries):
         if name.startswith("ep_") and f"episodes/{name}" not in indexed:
             out.append(Problem(f"episodes/{name}", 0, "episode folder not in index.jsonl (in flight when the run "
                                                        "stopped)", "warning"))
@@ -433,18 +461,35 @@ def _rel(run_dir: Path, rel: str) -> str:
         return rel
 
 
-def _check_strip(c: RunContents, run_dir: Path, p: Path, n: int, r: IndexRow, k: int) -> None:
+def _check_frames(c: RunContents, run_dir: Path, n: int, r: IndexRow) -> None:
+    """Decode every frame strip and the observation image an index row names (one at a
+    time, not cached: memory stays at one image), reporting each that cannot be read."""
+    for k in range(-(-r.frames // FRAMES_PER_CHUNK)):
+        rel = frame_chunk(r.path, k * FRAMES_PER_CHUNK)[0]
+        strip = _decode(c, run_dir, rel, n)
+        if strip is None:
+            continue
+        count = min(FRAMES_PER_CHUNK, r.frames - k * FRAMES_PER_CHUNK)
+        if strip.shape[0] != count * strip.shape[1]:
+            c.problems.append(Problem(rel, 0, f"holds {strip.shape[0] / strip.shape[1]:g} frames, index.jsonl:{n} "
+                                              f"says {count}"))
+        elif ends_in_strip(r) and (k + 1) * FRAMES_PER_CHUNK >= r.frames:
+            try:
+                check_end_frame(r, strip[-strip.shape[1]:])
+            except FrameError as e:
+                c.problems.append(Problem(rel, 0, f"{e} (index.jsonl:{n})"))
+    if r.image:
+        _decode(c, run_dir, r.image, n)
+
+
+def _decode(c: RunContents, run_dir: Path, rel: str, n: int) -> np.ndarray | None:
+    """One image of the run, decoded through the read boundary; None (and a problem, unless
+    the file is missing: the file checks report that) when it cannot be."""
     try:
-        strip = read_png(p)
+        return decode_png(inside(run_dir, rel), rel)
+    except UnsafePath as e:
+        c.problems.append(Problem("index.jsonl", n, str(e)))
     except FrameError as e:
-        c.problems.append(Problem(str(p.relative_to(run_dir)), 0, str(e).split(": ", 1)[-1]))
-        return
-    count = min(FRAMES_PER_CHUNK, r.frames - k * FRAMES_PER_CHUNK)
-    if strip.shape[0] != count * strip.shape[1]:
-        c.problems.append(Problem(str(p.relative_to(run_dir)), 0,
-                                  f"holds {strip.shape[0] / strip.shape[1]:g} frames, index.jsonl:{n} says {count}"))
-    elif ends_in_strip(r) and (k + 1) * FRAMES_PER_CHUNK >= r.frames:
-        try:
-            check_end_frame(r, strip[-strip.shape[1]:])
-        except FrameError as e:
-            c.problems.append(Problem(str(p.relative_to(run_dir)), 0, f"{e} (index.jsonl:{n})"))
+        if not str(e).endswith(": missing"):
+            c.problems.append(Problem(rel, 0, str(e).split(": ", 1)[-1]))
+    return None

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, ui
+from dashboard import charts, safe_text, ui
 from loaders import echo
 
 
@@ -17,7 +17,8 @@ def _learners(paths: tuple[str, ...], sigs: tuple) -> tuple[pd.DataFrame, pd.Dat
     runs, problems = echo.learner_runs(Path(p) for p in paths)
     keep = {str(r.path) for r in runs}
     return echo.unlock_bands(runs), pd.DataFrame(
-        [{"run": str(d), "where": f"{q.file}:{q.line}", "problem": q.message} for d, q in problems]), \
+        [{"run": safe_text.relative_paths(str(d), ui.root()), "where": f"{q.file}:{q.line}", "problem": q.message}
+         for d, q in problems]), \
         [p for p in paths if p in keep]
 
 
@@ -67,7 +68,7 @@ key = st.selectbox("Learner run", keys, key="w_echo_run",
 run = dict(pool)[key]
 csds, edges, attempts, csd_problems = _library(str(run.path), run.signature)
 for p in csd_problems:
-    st.warning(f"{key}/{p}")
+    st.warning(f"{ui.md_code(key)}: {ui.md(p)}")
 
 st.subheader("Analogy graph")
 st.caption("Each induced task (right) is linked to the representative task it was generalised from (solid) and to "
@@ -96,17 +97,17 @@ if st.session_state["w_csd"] not in ids:
 pick = st.selectbox("Descriptor", ids, key="w_csd", on_change=lambda: ui.set_qp(csd=st.session_state["w_csd"]))
 st.dataframe(table, hide_index=True, width="stretch", key="echo_csds")
 c = csds[pick]
-st.markdown(f"**{c.task}** · {c.status} · {c.successes} success(es), {c.failures} failure(s)")
+st.markdown(f"**{ui.md(c.task)}** · {ui.md(c.status)} · {c.successes} success(es), {c.failures} failure(s)")
 content = echo.csd_axes(c)
 cols = st.columns(3)
 for i, (name, value) in enumerate(content.items()):
     with cols[i % 3]:
-        st.caption(name)
+        st.caption(ui.md(name))
         st.code(json.dumps(value, indent=1, ensure_ascii=False), language="json")
 if c.episodes:
     st.caption("Episodes this descriptor came from")
     link_cols = st.columns(min(4, len(c.episodes)))
     for i, ep in enumerate(c.episodes[-8:]):
-        link_cols[i % len(link_cols)].page_link(ui.pages()["timeline"], label=f"{ep} in Timeline",
+        link_cols[i % len(link_cols)].page_link(ui.pages()["timeline"], label=f"{ui.md(ep)} in Timeline",
                                                 icon=":material/view_timeline:",
                                                 query_params=ui.link_params(run=key, episode=ep))

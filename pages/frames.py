@@ -26,7 +26,7 @@ ui.follow_live(runs)
 
 refs, ref_errors = parse_frame_refs(ui.qp("frames"))
 for e in ref_errors:
-    st.warning(e)
+    st.warning(ui.md(e, 200))
 
 
 def _set(new: list[FrameRef], cell: str | None = None) -> None:
@@ -48,10 +48,10 @@ for ref in refs:
         r = _run_of(ref)
         img = ui.frame(r, step=ref.step, episode=ref.episode)
     except views.UnsafePath as e:
-        st.error(f"Refused frame {ref}: {e}", icon="🚫")
+        st.error(f"Refused frame {ui.md(ref, 80)}: {ui.md(e)}", icon="🚫")
         continue
     except FrameError as e:
-        st.error(f"Frame {ref} cannot be shown: {e}")
+        st.error(f"Frame {ui.md(ref, 80)} cannot be shown: {ui.md(e)}")
         continue
     title = ref.label if len({x.run for x in refs}) > 1 else (
         f"{ref.episode} (end)" if ref.episode else f"step {ref.step}")
@@ -134,7 +134,7 @@ chips = st.columns(MAX_FRAMES)
 for j, (ref, _, title) in enumerate(loaded):
     single = len({x.run for x in refs}) == 1
     short = (f"{ref.episode} (end)" if ref.episode else f"step {ref.step}") if single else str(ref)
-    chips[j].button(f"✕ {short}", key=f"rm_{j}", help=f"Remove {ref}", on_click=_set,
+    chips[j].button(f"✕ {ui.md(short, 60)}", key=f"rm_{j}", help=f"Remove {ui.md(ref)}", on_click=_set,
                     args=([r for r in refs if r != ref],))
 
 frames = [f for _, f, _ in loaded]
@@ -145,7 +145,7 @@ if len(loaded) == 2 and len(ins) and loaded[0][0].run == loaded[1][0].run == key
         hit = (a_ref.step == row["target_step"]) if not pd.isna(row["target_step"]) else a_ref.episode == row["episode"]
         if hit:
             st.info(f"Inspection: left is the retrieved frame, right the frame the agent had when it looked "
-                    f"({row['label']}).")
+                    f"({ui.md(row['label'])}).")
             titles = ["retrieved: " + titles[0], "agent's view: " + titles[1]]
             break
 t = views.tile_size(frames[0])
@@ -226,4 +226,5 @@ if len(frames) >= 2:
     else:
         w = views.wipe(crop(frames[ia], region), crop(frames[ib], region), pos / 100)
         big = enlarge(w, max(1, min(factor * len(frames), 1100 // w.shape[1])))
-        st.image(big, width=big.shape[1], caption=f"A = {plain[ia]} | B = {plain[ib]}; yellow line at {pos}%")
+        st.image(big, width=big.shape[1],
+                 caption=f"A = {ui.md(plain[ia])} | B = {ui.md(plain[ib])}; yellow line at {pos}%")

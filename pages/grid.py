@@ -13,7 +13,7 @@ from mfm.schema import GRID_KINDS
 _, focus = ui.sidebar(("cell", "range", "kinds", "life"))
 key, run = ui.need_run(focus)
 st.title("Spatial grid")
-st.caption(f"`{key}` · the cells the agent interacted with (append-only grid.jsonl), its paths and deaths; "
+st.caption(f"{ui.md_code(key)} · the cells the agent interacted with (append-only grid.jsonl), its paths and deaths; "
            "the second axis grows downwards, as in the game.")
 ui.follow_live([(key, run)])
 ui.show_problems(key, run)
@@ -142,7 +142,7 @@ if len(here):
     s = int(r["step"])
     pg = ui.pages()
     l1, l2, l3 = st.columns(3)
-    l1.page_link(pg["timeline"], label=f"Open {pick} in Timeline", icon=":material/view_timeline:",
+    l1.page_link(pg["timeline"], label=f"Open {ui.md(pick)} in Timeline", icon=":material/view_timeline:",
                  query_params=ui.link_params(ep=pick, step=s))
     fr = f"{key}:{s}" if run.index.episode_at(s) is not None else f"{key}:{pick}"
     l2.page_link(pg["frames"], label=f"Open its frame (step {s}) in Frames", icon=":material/compare:",

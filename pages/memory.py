@@ -1,7 +1,8 @@
 """Memory: the agent's ``mine/`` files as of any step, diffs between steps, each line's provenance.
 
 Files are rebuilt from the write history (memory_writes.jsonl). Markdown is rendered without
-raw HTML; procedure and other files are shown as text, never executed.
+raw HTML and with images made inert (no remote fetch); procedure and other files are shown as
+text, never executed.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui
+from dashboard import safe_text, ui
 from dashboard.core import parse_int, parse_range
 from loaders import analysis_views as av
 from loaders import views
@@ -24,8 +25,8 @@ def _provenance(path: str, sig: tuple, file: str, asof: int, _run: object) -> pd
 _, focus = ui.sidebar(("file", "asof", "diff"))
 key, run = ui.need_run(focus)
 st.title("Memory")
-st.caption(f"`{key}` · the agent's own files (`mine/`), rebuilt from the write log as they stood at any env step. "
-           "Markdown is rendered without raw HTML; procedures are shown as text and never run.")
+st.caption(f"{ui.md_code(key)} · the agent's own files (`mine/`), rebuilt from the write log as they stood at any env "
+           "step. Markdown is rendered without raw HTML or images; procedures are shown as text and never run.")
 ui.show_problems(key, run)
 paths = av.memory_paths(run)
 if not paths:
@@ -34,7 +35,8 @@ if not paths:
 
 want = ui.qp("file")
 if want and want not in paths:
-    st.warning(f"File {want!r} from the URL was never written in {key}; showing {paths[0]}.")
+    st.warning(f"File {ui.md(repr(want), 80)} from the URL was never written in {ui.md_code(key)}; "
+               f"showing {ui.md_code(paths[0])}.")
 st.session_state["w_mem_file"] = want if want in paths else paths[0]
 st.selectbox("File", paths, key="w_mem_file", on_change=lambda: ui.set_qp(file=st.session_state["w_mem_file"],
                                                                         asof=None, diff=None))
@@ -55,7 +57,7 @@ if hi_s > lo_s:
 asof = int(st.session_state["w_mem_asof"])
 text = run.memory_file(path, asof)
 version = sum(s <= asof for s in written)
-st.caption(f"`{path}` as of step {asof}: version {version} of {len(written)}"
+st.caption(f"{ui.md_code(path)} as of step {asof}: version {version} of {len(written)}"
            + ("" if text is not None else " — deleted or not yet written at this step"))
 
 tab_view, tab_prov, tab_diff = st.tabs(["Content", "Provenance", "Diff"])
@@ -68,7 +70,7 @@ with tab_view:
             st.code(text, language="markdown")
         else:
             with st.container(border=True):
-                st.markdown(text, unsafe_allow_html=False)
+                st.markdown(safe_text.md_document(text), unsafe_allow_html=False)
     else:
         st.code(text, language="json" if path.endswith(".json") else None)
 
@@ -94,7 +96,7 @@ with tab_prov:
     srcs = list(dict.fromkeys(s for v in prov["sources"] for s in v.split(", ") if s)) if len(prov) else []
     if srcs:
         pick = st.selectbox("Source episode", srcs, key="w_mem_src")
-        st.page_link(ui.pages()["timeline"], label=f"Open {pick} in Timeline", icon=":material/view_timeline:",
+        st.page_link(ui.pages()["timeline"], label=f"Open {ui.md(pick)} in Timeline", icon=":material/view_timeline:",
                      query_params=ui.link_params(ep=pick))
     writes = run.memory_writes()
     if len(writes):

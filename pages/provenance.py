@@ -39,7 +39,8 @@ def _detail(path: str, sig: tuple, node_id: str) -> pv.NodeDetail | None:
 _, focus = ui.sidebar(("node", "range"))
 key, run = ui.need_run(focus)
 st.title("Provenance")
-st.caption(f"`{key}` · what the agent wrote into its own memory (`mine/`), version by version, linked to the "
+st.caption(f"{ui.md_code(key)} · what the agent wrote into its own memory (`mine/`), version by version, linked to "
+           "the "
            "episodes it cites (grey), to the version it revises (dotted), to the episodes that disabled a "
            "procedure (red) and to the episodes a procedure ran in (green). Time runs downwards; click a node.")
 ui.show_problems(key, run)
@@ -49,7 +50,7 @@ if not full.nodes:
     st.stop()
 if full.problems:
     with st.expander(f"⚠️ {len(full.problems)} memory write(s) could not be replayed exactly"):
-        st.warning("\n".join(f"- {p}" for p in full.problems[:50]))
+        st.warning("\n".join(f"- {ui.md(p)}" for p in full.problems[:50]))
 
 steps = [n.step for n in full.nodes]
 first, last = min(steps), max(max(steps), views.step_bounds(run)[1])
@@ -72,12 +73,12 @@ kinds = g.nodes_frame()["kind"].value_counts() if g.nodes else pd.Series(dtype=i
 st.caption(f"Steps {lo}–{hi}: {g.total} node(s); drawn: {len(g.nodes)} "
            f"({', '.join(f'{v} {k}' for k, v in kinds.items())}) and {len(g.edges)} edge(s).")
 for note in g.aggregated:
-    st.info(f"Aggregated to keep the page responsive: {note}. Narrow the step range to see single nodes.",
+    st.info(f"Aggregated to keep the page responsive: {ui.md(note)}. Narrow the step range to see single nodes.",
             icon=":material/compress:")
 
 node_id = ui.qp("node")
 if node_id and full.node(node_id) is None and g.node(node_id) is None:
-    st.warning(f"Node {node_id!r} from the URL is not in the provenance graph of {key}.")
+    st.warning(f"Node {ui.md(repr(node_id), 80)} from the URL is not in the provenance graph of {ui.md_code(key)}.")
     node_id = None
 
 
@@ -119,7 +120,7 @@ if not node_id:
 
 picked = g.node(node_id) or full.node(node_id)
 if picked.aggregate:
-    st.subheader(f"{picked.label}")
+    st.subheader(ui.md(picked.label))
     st.caption(f"{picked.count} node(s) merged, steps {picked.lo}–{picked.hi}. Open one of them:")
     members = [m for m in picked.members if full.node(m)][:2000]
     mlabels = {m: f"step {full.node(m).step} · {full.node(m).label[:100]}" for m in members}
@@ -131,26 +132,27 @@ d = _detail(str(run.path), run.signature, node_id)
 n = d.node
 flag = " · **disabled**" if n.disabled else ""
 ended = f" · removed at step {n.ended}" if n.ended is not None else ""
-st.subheader(f"{n.kind}: {n.label[:160]}")
+st.subheader(ui.md(f"{n.kind}: {n.label[:160]}"))
 
 
 def _frames(eps: pd.DataFrame) -> None:
     """Frame strips of the first linked episodes, and links to Timeline and Frames."""
     for r in eps.head(STRIPS).itertuples():
-        st.markdown(f"**{r.relation.replace('_', ' ')} {r.id}** · steps {r.first_step}–{r.last_step} · {r.summary}")
+        st.markdown(f"**{ui.md(r.relation.replace('_', ' '))} {ui.md(r.id)}** · "
+                    f"steps {r.first_step}–{r.last_step} · {ui.md(r.summary)}")
         if r.frames:
             try:
                 strip = views.frame_strip(run, r.id, max_frames=8)
                 thumbs = [views.upscale(f, 96) for _, f in strip]
                 st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip])
             except (FrameError, views.UnsafePath) as e:
-                st.error(f"Frames of {r.id} cannot be shown: {e}")
+                st.error(f"Frames of {ui.md(r.id)} cannot be shown: {ui.md(e)}")
         elif r.image:
             st.caption("No per-step frames; the end observation is in Timeline.")
         c1, c2 = st.columns(2)
-        c1.page_link(ui.pages()["timeline"], label=f"{r.id} in Timeline", icon=":material/view_timeline:",
+        c1.page_link(ui.pages()["timeline"], label=f"{ui.md(r.id)} in Timeline", icon=":material/view_timeline:",
                      query_params=ui.link_params(ep=r.id))
-        c2.page_link(ui.pages()["frames"], label=f"{r.id} in Frames", icon=":material/compare:",
+        c2.page_link(ui.pages()["frames"], label=f"{ui.md(r.id)} in Frames", icon=":material/compare:",
                      query_params=ui.link_params(frames=f"{key}:{r.id}"))
     if len(eps) > STRIPS:
         st.caption(f"Frame strips of the first {STRIPS} of {len(eps)} linked episodes; the table lists all.")
@@ -166,8 +168,8 @@ if n.kind == "episode":
     st.stop()
 
 w = d.write
-st.markdown(f"Revision {n.version} of {len(d.revisions)} · step {n.step} · write {n.seq} · `{n.path}` · "
-            f"{w.op if w else '?'} by **{n.author}** — {n.reason}{flag}{ended}")
+st.markdown(f"Revision {n.version} of {len(d.revisions)} · step {n.step} · write {n.seq} · {ui.md_code(n.path)} · "
+            f"{ui.md(w.op if w else '?')} by **{ui.md(n.author)}** — {ui.md(n.reason)}{flag}{ended}")
 if len(d.revisions) > 1:
     st.selectbox("Other versions", d.revisions, index=d.revisions.index(n.id), key="w_prov_rev",
                  format_func=lambda i: f"v{full.node(i).version} · step {full.node(i).step} · "

@@ -53,7 +53,7 @@ with st.expander(f"Per run ({len(per_run)})", expanded=len(per_run) <= 4):
     st.dataframe(per_run, hide_index=True, width="stretch", column_config=_config(), key="rt_runs")
 
 ui.figure_downloads(lambda: figures.retargeting_figure(runs), "retargeting", "single")
-st.subheader(f"Retarget audit · `{key}`")
+st.subheader(f"Retarget audit · {ui.md_code(key)}")
 ui.show_problems(key, run)
 table = _turns(str(run.path), run.signature)
 if not len(table):
@@ -74,7 +74,7 @@ if want is not None and want not in choices:
     if want in [int(t) for t in table["turn"]]:
         choices = sorted({*choices, want})
     else:
-        st.warning(f"Turn {want} from the URL is not a retarget turn of {key}; showing turn {choices[0]}.")
+        st.warning(f"Turn {want} from the URL is not a retarget turn of {ui.md_code(key)}; showing turn {choices[0]}.")
         want = None
 st.session_state["w_rt_turn"] = want if want is not None else choices[0]
 labels = {int(r.turn): f"turn {r.turn} · step {r.step} · {r.targets}" + (f" · inspected {r.inspected}"
@@ -87,10 +87,11 @@ if ui.qp("turn") != str(turn):
     ui.set_qp(turn=turn)
 audit = av.retarget_audit(run, turn)
 if audit is None:
-    st.error(f"Turn {turn} is not in {key}.")
+    st.error(f"Turn {turn} is not in {ui.md_code(key)}.")
     st.stop()
 t = audit.turn
-st.markdown(f"**Turn {t.turn}** · life {t.life} · steps {t.first_step}–{t.last_step} · policy `{t.policy}`")
+st.markdown(f"**Turn {t.turn}** · life {t.life} · steps {t.first_step}–{t.last_step} · "
+            f"policy {ui.md_code(t.policy)}")
 
 left, right = st.columns([1, 1])
 with left:
@@ -134,9 +135,9 @@ cols = st.columns(len(refs))
 for col, (caption, step, ep) in zip(cols, refs):
     try:
         img = ui.frame(run, step=step, episode=ep)
-        col.image(views.upscale(img), caption=caption)
+        col.image(views.upscale(img), caption=ui.md(caption))
     except (FrameError, UnsafePath, KeyError) as e:
-        col.warning(f"{caption}: {e}")
+        col.warning(f"{ui.md(caption)}: {ui.md(e)}")
 frames_q = ",".join(f"{key}:{ep if ep else step}" for _, step, ep in refs)
 st.page_link(ui.pages()["frames"], label="Compare these frames in Frames", icon=":material/compare:",
              query_params=ui.link_params(frames=frames_q))

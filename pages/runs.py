@@ -11,16 +11,16 @@ from loaders import views
 runs_open, _ = ui.sidebar()
 root = ui.root()
 st.title("Runs")
-st.caption(f"Every run under `{root}` (nested folders included). Read-only: the dashboard never runs code "
-           "from a run folder.")
+st.caption(f"Every run under the runs root {ui.md_code(root.name)} (nested folders included). Read-only: the "
+           "dashboard never runs code from a run folder.")
 
 if not root.is_dir():
-    st.error(f"The runs root {root} is not a folder. Start the dashboard with `mfm dashboard ROOT`.")
+    st.error(f"The runs root {ui.md_code(root.name)} is not a folder. Start the dashboard with `mfm dashboard ROOT`.")
     st.stop()
 
 runs = ui.all_runs()
 if not runs:
-    st.info(f"No runs under {root} yet. A run folder holds `run.json` and `index.jsonl`; "
+    st.info(f"No runs under {ui.md_code(root.name)} yet. A run folder holds `run.json` and `index.jsonl`; "
             "`mfm dashboard ROOT` points the dashboard at another folder.")
     st.stop()
 
@@ -109,7 +109,7 @@ st.subheader("Milestones")
 shown = [r for k, r in runs_open] or runs
 tasks = sorted({r.manifest.task for r in shown if r.manifest})
 if len(tasks) > 1:
-    task = st.radio("Task", tasks, horizontal=True, key="w_ms_task",
+    task = st.radio("Task", tasks, horizontal=True, key="w_ms_task", format_func=ui.md,
                     help="Milestones are compared within one task (each task has its own list).")
     shown = [r for r in shown if r.manifest and r.manifest.task == task]
 ov = views.runs_overview(shown, root, check=check or bool(runs_open))

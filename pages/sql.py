@@ -1,33 +1,23 @@
-"""SQL: read-only queries over the focused run's tables (DuckDB, locked down: no file system,
-network or extension access)."""
+"""SQL: read-only queries over the focused run's tables, in the sandbox of ``loaders.usersql``
+(one read statement, a private locked-down DuckDB per query, a time limit and a row limit)."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import ui
-from loaders.run import TABLE_NAMES, Run
+from loaders.run import TABLE_NAMES
+from loaders.usersql import MAX_ROWS, TIMEOUT_S, run_user_query
 
-MAX_ROWS = 10_000
 DEFAULT = "SELECT action_kind, count(*) AS episodes FROM episodes GROUP BY 1 ORDER BY episodes DESC"
-
-
-def run_query(run: Run, query: str) -> tuple[pd.DataFrame | None, str | None]:
-    """The first :data:`MAX_ROWS` rows of a query's result, or the error it raised."""
-    try:
-        rel = run.sql(query)
-        if rel is None:
-            return None, "The statement returned no rows; only queries (SELECT, WITH, DESCRIBE, ...) show results."
-        return rel.limit(MAX_ROWS).df(), None
-    except Exception as e:  # noqa: BLE001 - any DuckDB error is shown to the user
-        return None, f"{type(e).__name__}: {e}"
-
 
 _, focus = ui.sidebar(("q",))
 key, run = ui.need_run(focus)
 st.title("SQL")
-st.caption(f"`{key}` · DuckDB over this run's tables, rebuilt from its files. Read-only: the database is in "
-           "memory, and file, network and extension access are switched off.")
+st.caption(f"{ui.md_code(key)} · DuckDB over this run's tables, rebuilt from its files. Read-only: one SELECT-like statement "
+           f"per query (DDL, writes, ATTACH, COPY, SET and PRAGMA are refused), run on a private in-memory database "
+           f"that is thrown away afterwards, with file, network and extension access off; stopped after "
+           f"{TIMEOUT_S:g} s, and at most {MAX_ROWS:,} rows are shown.")
 with st.expander("Tables and columns"):
     st.dataframe(pd.DataFrame([{"table": t, "rows": len(run.table(t)),
                                 "columns": ", ".join(map(str, run.table(t).columns))} for t in TABLE_NAMES.values()]),
@@ -36,11 +26,14 @@ ui.init_widget("w_sql", ui.qp("q") or DEFAULT)
 st.text_area("Query", key="w_sql", height=140, on_change=lambda: ui.set_qp(q=st.session_state["w_sql"].strip()))
 query = st.session_state["w_sql"].strip()
 if query:
-    df, err = run_query(run, query)
-    if err:
-        st.error(err)
+    res = run_user_query(run, query)
+    if res.df is None:
+        st.error(ui.md(res.message))
     else:
-        st.caption(f"{len(df)} row(s)" + (f" (the first {MAX_ROWS})" if len(df) == MAX_ROWS else ""))
-        st.dataframe(df, hide_index=True, width="stretch", key="sql_result")
-        st.download_button("Result CSV", data=df.to_csv(index=False), file_name="query.csv", mime="text/csv",
+        if res.message:
+            st.warning(ui.md(res.message))
+        st.caption(f"{len(res.df):,} row(s)" + (f" (the first {len(res.df):,})" if res.truncated else "")
+                   + f" · {res.elapsed_s:.2f} s")
+        st.dataframe(res.df, hide_index=True, width="stretch", key="sql_result")
+        st.download_button("Result CSV", data=res.df.to_csv(index=False), file_name="query.csv", mime="text/csv",
                            on_click="ignore", icon=":material/download:")

@@ -20,8 +20,9 @@ _, focus = ui.sidebar(("ep", "step", "range", "color"))
 key, run = ui.need_run(focus)
 st.title("Timeline")
 m = run.manifest
-st.caption(f"`{key}` · {m.task if m else '?'} · {m.method if m else '?'} · seed {m.seed if m else '?'} · "
-           f"{STATUS_LABELS.get(run.status, run.status)} · {len(run.episodes())} episodes")
+st.caption(f"{ui.md_code(key)} · " + ui.md(
+    f"{m.task if m else '?'} · {m.method if m else '?'} · seed {m.seed if m else '?'} · "
+    f"{STATUS_LABELS.get(run.status, run.status)} · {len(run.episodes())} episodes"))
 ui.follow_live([(key, run)])
 ui.show_problems(key, run)
 if missing := views.absent_records(run):
@@ -61,7 +62,7 @@ color_by = "outcome" if st.session_state["w_color"] == "outcome" else "action_ki
 
 ep_id = ui.qp("ep")
 if ep_id and run.episode(ep_id) is None:
-    st.warning(f"Episode {ep_id!r} from the URL is not in this run.")
+    st.warning(f"Episode {ui.md(repr(ep_id), 80)} from the URL is not in this run.")
     ep_id = None
 step = parse_int(ui.qp("step"))
 
@@ -121,22 +122,23 @@ if not ep_id:
 try:
     d = views.episode_detail(run, ep_id)
 except (KeyError, views.UnsafePath) as e:
-    st.error(str(e))
+    st.error(ui.md(e))
     st.stop()
 row = d.row
-st.subheader(f"{row.id} · {row.action_kind or row.kind} · steps {row.first_step}–{row.last_step} · "
-             f"life {row.life}")
+st.subheader(ui.md(f"{row.id} · {row.action_kind or row.kind} · steps {row.first_step}–{row.last_step} · "
+                   f"life {row.life}"))
 left, right = st.columns([3, 2])
 with left:
-    st.markdown(f"**Summary.** {row.summary}")
-    st.markdown("**Tags.** " + (" ".join(f"`{t}`" for t in row.tags) or "—"))
-    st.markdown(f"**Outcome.** {row.outcome or '—'} · **turn** {row.turn if row.turn is not None else '—'} · "
+    st.markdown(f"**Summary.** {ui.md(row.summary)}")
+    st.markdown("**Tags.** " + (" ".join(ui.md_code(t) for t in row.tags) or "—"))
+    st.markdown(f"**Outcome.** {ui.md(row.outcome or '—')} · "
+                f"**turn** {row.turn if row.turn is not None else '—'} · "
                 f"**position** ({_fmt(row.x)}, {_fmt(row.y)}{', ' + _fmt(row.z) if row.z is not None else ''}) · "
                 f"**frames** {row.frames}")
     if row.events:
-        st.markdown("**Events.**\n" + "\n".join(f"- {e}" for e in row.events))
+        st.markdown("**Events.**\n" + "\n".join(f"- {ui.md(e)}" for e in row.events))
     if row.note:
-        st.markdown(f"**Note.** {row.note}")
+        st.markdown(f"**Note.** {ui.md(row.note)}")
     ev = marks
     if len(marks):
         decision = marks["kind"].isin(views.DECISION_KINDS)
@@ -153,7 +155,7 @@ with right:
                                        ("outcome.json", d.outcome))):
         with tab:
             if obj is None:
-                st.warning(f"{row.path}/{name} is missing or unreadable.")
+                st.warning(f"{ui.md_code(f'{row.path}/{name}')} is missing or unreadable.")
             else:
                 st.json(obj, expanded=1)
     with tabs[3]:
@@ -190,7 +192,7 @@ if row.frames:
         if row.frames > len(strip):
             st.caption(f"{len(strip)} of {row.frames} frames, evenly spaced; scrub below for every step.")
     except (FrameError, views.UnsafePath) as e:
-        st.error(f"Frames of {ep_id} cannot be shown: {e}")
+        st.error(f"Frames of {ui.md(ep_id)} cannot be shown: {ui.md(e)}")
 
     lo_s, hi_s = row.first_step + 1, row.first_step + row.frames
     cur = step if step is not None and lo_s <= step <= hi_s else lo_s
@@ -207,15 +209,15 @@ if row.frames:
         big = views.upscale(ui.frame(run, step=cur), 320)
         a.image(big, width=big.shape[1], caption=f"step {cur}")
     except (FrameError, views.UnsafePath) as e:
-        a.error(f"Frame of step {cur} cannot be shown: {e}")
+        a.error(f"Frame of step {cur} cannot be shown: {ui.md(e)}")
     sr = views.step_row(run, cur)
     if sr:
-        b.markdown(f"**Step {cur}** · action `{sr['action']}` · position ({sr['x']}, {sr['y']}) · "
-                   f"facing {sr['facing']} · reward {sr['reward']}")
-        b.markdown(f"health {sr['health']} · food {sr['food']} · drink {sr['drink']} · energy {sr['energy']}")
+        b.markdown(f"**Step {cur}** · action {ui.md_code(sr['action'])} · " + ui.md(
+            f"position ({sr['x']}, {sr['y']}) · facing {sr['facing']} · reward {sr['reward']}"))
+        b.markdown(ui.md(f"health {sr['health']} · food {sr['food']} · drink {sr['drink']} · energy {sr['energy']}"))
         inv = json.loads(sr["inventory"]) if isinstance(sr["inventory"], str) else sr["inventory"]
         if inv:
-            b.markdown("inventory: " + (", ".join(f"{k} {v}" for k, v in inv.items() if v) or "empty"))
+            b.markdown("inventory: " + ui.md(", ".join(f"{k} {v}" for k, v in inv.items() if v) or "empty"))
     prev = max(first, cur - 1)
     b.page_link(ui.pages()["frames"], label="Compare with the previous step in Frames",
                 query_params=ui.link_params(frames=f"{key}:{prev},{key}:{cur}"))

@@ -13,6 +13,34 @@ from mfm.schema import SCHEMA_VERSION, GridRow, LifeEvent, MilestoneRow, RunMani
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "dashboard" / "app.py")
+EXPORT = Path(os.environ.get("MFM_SHARED", REPO.parent / "shared")) / "mfm_export" / "abaw3_mfmskills"
+"""A real run exported by the original MFM project (``shared/`` beside the checkout, or
+``$MFM_SHARED``); present in CI, where the tests that need it must run."""
+
+
+def shared_export() -> Path:
+    """:data:`EXPORT`; the test fails in CI and is skipped elsewhere when it is missing."""
+    if not (EXPORT / "data.json").is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"the shared MFM export is missing at {EXPORT}")
+        pytest.skip(f"the shared MFM export is not at {EXPORT} (set MFM_SHARED)")
+    return EXPORT
+
+
+def record_crafter(folder: Path, seed: int, policy_seed: int, length: int, episodes: int = 1) -> Path:
+    """Record ``episodes`` episodes of the real game with ``crafter.Recorder`` and a seeded
+    random policy into ``folder``; return it."""
+    import crafter
+
+    env = crafter.Recorder(crafter.Env(seed=seed, length=length), str(folder), save_stats=True, save_episode=True,
+                           save_video=False)
+    rng = np.random.default_rng(policy_seed)
+    for _ in range(episodes):
+        env.reset()
+        done = False
+        while not done:
+            _, _, done, _ = env.step(int(rng.integers(0, 17)))
+    return folder
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,11 +1,16 @@
-"""Property: random damage to a run's files never makes the loaders raise, and no valid line is lost."""
+"""Property: random damage to a run's files never makes the loaders raise, and no valid line is lost.
+
+Damage is byte-level (truncation, inserted or flipped bytes, garbage, duplicated and deleted
+lines) and structural (a value nested up to 50,000 levels deep, numbers of extreme magnitude,
+a field's value swapped for one of another type), on small tables and on tables large enough
+for the fast C++ readers."""
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from loaders import open_run
@@ -25,6 +30,54 @@ def damage(draw):
                     draw(st.sampled_from(["truncate", "insert", "garbage_line", "duplicate", "delete", "flip"])),
                     draw(st.floats(0, 1)), draw(st.binary(min_size=0, max_size=40))))
     return ops
+
+
+EXTREMES = ["0", "-1", "1e15", "-1e15", "1e308", "NaN", "Infinity", "-Infinity", str(10 ** 30), "1e400", "0.5"]
+OTHER_TYPES = ["null", "true", "[]", "{}", '"x"', "[1, 2]", '{"a": 1}', "[[1], [2, [3]]]", "-7", '""']
+
+
+@st.composite
+def structural(draw, files: list[str]):
+    """Mutations of one field of one line: (file, kind, line position, field position, value)."""
+    ops = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["nest", "nest", "magnitude", "retype"]))
+        if kind == "nest":
+            depth = draw(st.sampled_from([1, 64, 65, 999, 50_000, 50_000, 50_000, 50_000]))
+            value = draw(st.sampled_from(["[", '{"a":'])) * depth
+        else:
+            value = draw(st.sampled_from(EXTREMES if kind == "magnitude" else OTHER_TYPES))
+        ops.append((draw(st.sampled_from(files)), kind, draw(st.floats(0, 1)), draw(st.floats(0, 1)), value))
+    return ops
+
+
+def _mutate_field(path: Path, kind: str, where: float, which: float, value: str) -> None:
+    """Replace one field's value of one line by ``value`` (for ``nest``: wrapped in it, or
+    a field no reader knows added holding it)."""
+    if not path.exists():
+        return
+    lines = path.read_bytes().splitlines(keepends=True)
+    if not lines:
+        return
+    i = int(where * (len(lines) - 1))
+    try:
+        obj = json.loads(lines[i])
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(obj, dict) or not obj:
+        return
+    key = sorted(obj)[int(which * (len(obj) - 1))]
+    if kind == "nest" and which < 0.5:
+        key = "unknown_field"
+        obj[key] = 1
+    if kind == "nest":
+        closing = "".join("]" if c == "[" else "}" for c in value if c in "[{")
+        text = value + json.dumps(obj[key]) + closing[::-1]
+    else:
+        text = value
+    obj[key] = "\x00PLACEHOLDER\x00"
+    lines[i] = json.dumps(obj).replace('"\\u0000PLACEHOLDER\\u0000"', text).encode() + b"\n"
+    path.write_bytes(b"".join(lines))
 
 
 def _apply(path: Path, op: str, where: float, payload: bytes) -> None:
@@ -76,6 +129,11 @@ def test_random_damage_never_raises_and_loses_no_valid_row(tmp_path_factory, ops
     shutil.copytree(base, run_dir)
     for file, op, where, payload in ops:
         _apply(run_dir / file, op, where, payload)
+    _check_loaded(run_dir)
+
+
+def _check_loaded(run_dir: Path) -> None:
+    """Open the run and check that nothing raises and no valid line is lost."""
     run = open_run(run_dir)
     for p in run.problems:
         assert p.file and p.message
@@ -86,3 +144,28 @@ def test_random_damage_never_raises_and_loses_no_valid_row(tmp_path_factory, ops
             assert rec in loaded or (name, n) in reported, f"{name}:{n} is valid but neither loaded nor reported"
     run.episodes(), run.steps(), run.turns(), run.grid(), run.memory_writes()
     run.summary()
+
+
+DEEP_UNKNOWN_FIELD = [("steps.jsonl", "nest", 0.5, 0.1, "[" * 50_000)]
+"""A valid line with a field no reader knows holding 50,000 nested arrays (what crashed the
+Arrow reader: it infers a type for unknown fields, recursively)."""
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(small=structural(FILES), big=structural(["steps.jsonl"]))
+@example(small=DEEP_UNKNOWN_FIELD, big=DEEP_UNKNOWN_FIELD)
+def test_deep_extreme_and_retyped_values_never_raise(tmp_path_factory, small, big):
+    """Nesting depth, numbers' magnitude and types, in every file of a small run, and in a
+    table large enough (over 256 KiB) for the fast C++ readers, which crashed the process on
+    deep lines."""
+    for name, ops, size in (("pristine", small, dict(episodes=8)),
+                            ("pristine_big", big, dict(episodes=80, steps_per_episode=20))):
+        base = tmp_path_factory.getbasetemp() / name
+        if not base.exists():
+            write_run(base, **size)
+        run_dir = tmp_path_factory.mktemp("mutated")
+        shutil.rmtree(run_dir)
+        shutil.copytree(base, run_dir)
+        for file, kind, where, which, value in ops:
+            _mutate_field(run_dir / file, kind, where, which, value)
+        _check_loaded(run_dir)

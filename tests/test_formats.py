@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import crafter
 import numpy as np
 import pytest
 
@@ -15,33 +13,18 @@ from mfm.cli import main
 from mfm.memory.retrieval import FrameError
 from mfm.validate import validate
 
-from conftest import REPO
-
-EXPORT = Path(os.environ.get("MFM_SHARED", REPO.parent / "shared")) / "mfm_export" / "abaw3_mfmskills"
+from conftest import record_crafter, shared_export
 
 
 @pytest.fixture(scope="module")
 def export_dir() -> Path:
-    if not (EXPORT / "data.json").is_file():
-        if os.environ.get("CI"):
-            pytest.fail(f"the shared MFM export is missing at {EXPORT}")
-        pytest.skip(f"the shared MFM export is not at {EXPORT} (set MFM_SHARED)")
-    return EXPORT
+    return shared_export()
 
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory) -> Path:
     """Two episodes recorded by the real crafter.Recorder with a seeded random policy."""
-    d = tmp_path_factory.mktemp("rec")
-    env = crafter.Recorder(crafter.Env(seed=5, length=150), str(d), save_stats=True, save_episode=True,
-                           save_video=False)
-    rng = np.random.default_rng(0)
-    for _ in range(2):
-        env.reset()
-        done = False
-        while not done:
-            _, _, done, _ = env.step(int(rng.integers(0, 17)))
-    return d
+    return record_crafter(tmp_path_factory.mktemp("rec"), seed=5, policy_seed=0, length=150, episodes=2)
 
 
 def test_export_opens_in_place(export_dir: Path):

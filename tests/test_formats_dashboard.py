@@ -4,12 +4,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import crafter
-import numpy as np
 import pytest
 
-from conftest import open_app, use_root
-from test_formats import EXPORT
+from conftest import EXPORT, open_app, record_crafter, use_root
 
 
 
@@ -18,13 +15,7 @@ def root(tmp_path_factory) -> Path:
     r = tmp_path_factory.mktemp("foreign")
     if (EXPORT / "data.json").is_file():
         shutil.copytree(EXPORT, r / "mfm_export")
-    env = crafter.Recorder(crafter.Env(seed=2, length=120), str(r / "rec"), save_stats=True, save_episode=True,
-                           save_video=False)
-    env.reset()
-    rng = np.random.default_rng(1)
-    done = False
-    while not done:
-        _, _, done, _ = env.step(int(rng.integers(0, 17)))
+    record_crafter(r / "rec", seed=2, policy_seed=1, length=120)
     return r
 
 

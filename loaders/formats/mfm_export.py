@@ -9,49 +9,146 @@ logs.txt), ``turns`` (per model turn: prompt, messages, commands, file changes, 
 views, token usage), ``mine`` (agent files and their history), ``listing``. Missing or
 unknown keys are tolerated. Positions are 3-D; ``y`` is height. No per-step frames or
 trace are exported.
+
+Every value is taken through :class:`Fields`, the one typed-extraction layer: a value of the
+wrong type or out of range becomes one Problem naming ``data.json › section``, the row and
+the field, and is left out (a bad row is skipped, the rest of the run is read).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from loaders.sources import inferred_manifest
+from mfm.boundary import UnsafePath, inside, read_json
 from mfm.memory.agent_memory import sha256
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError, read_png
-from mfm.schema import (GRID_KINDS, EPISODE_ID, GridRow, IndexRow, MemoryWrite, MilestoneRow, Problem, SchemaError,
-                        TurnRow)
+from mfm.schema import (GRID_KINDS, GridRow, IndexRow, JSONError, MemoryWrite, MilestoneRow, Problem, Record,
+                        RunManifest, SchemaError, TurnRow, _check, parse_json, plain_relative)
 from mfm.validate import RunContents
 
 DATA = "data.json"
-MAX_BYTES = 1 << 30
+MAX_BYTES = 256 << 20
+"""A data.json larger than this is refused unread (parsed JSON takes several times its size)."""
+MAX_INT = 2 ** 53
+"""Integers beyond ±MAX_INT are refused: float64 columns and the dashboard's browser side lose them."""
+MAX_MESSAGE = 300
 TARGET_ATOMS = ("go_to", "look_at")
+RECORDS = ("state", "action", "outcome")
+SECTIONS = {"run": dict, "index": list, "previous": list, "episodes": dict, "grid": dict, "log": dict,
+            "turns": list, "mine": dict}
+RUN_FIELDS = {"name": "str", "task": "str", "memory_mode": "str", "model": "str", "steps": "int",
+              "last_step": "int", "ablations": "strs", "milestones": "object"}
+SHALLOW = {"object": dict, "array": list}
+"""Kinds checked by type only (containers whose items are taken one by one)."""
 
 
-def _load_json(text: Any) -> dict | None:
-    if isinstance(text, dict):
-        return text
-    try:
-        obj = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+def unplain(v: Any) -> str | None:
+    """What in a parsed JSON value no strict JSON writer takes (NaN, an infinity, an integer
+    beyond ±MAX_INT, a lone surrogate in a string), or None if nothing is."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a lone surrogate in a string"
         return None
-    return obj if isinstance(obj, dict) else None
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, float):
+        return None if math.isfinite(v) else str(v)
+    if isinstance(v, int):
+        return None if -MAX_INT <= v <= MAX_INT else "an integer beyond ±2**53"
+    if isinstance(v, dict):
+        v = [x for kv in v.items() for x in kv]
+    if not isinstance(v, (list, tuple)):
+        return f"a {type(v).__name__}"
+    return next((bad for bad in map(unplain, v) if bad), None)
+
+
+def typed(name: str, kind: str, v: Any) -> Any:
+    """``v`` checked as a field of kind ``kind`` (the kinds of ``mfm.schema`` and ``json``, any
+    value; ``object``/``array``: the container's type only). SchemaError says what is wrong."""
+    if kind in SHALLOW:
+        if not isinstance(v, SHALLOW[kind]):
+            raise SchemaError(f"{name} must be an {kind}, got {type(v).__name__}")
+        return v
+    v = v if kind == "json" else _check(name, kind, v)
+    bad = unplain(v)
+    if bad:
+        raise SchemaError(f"{name} holds {bad}")
+    return v
+
+
+def typed_record(rtype: type[Record], obj: dict) -> Any:
+    """``rtype.from_dict(obj)``, also refusing fields :func:`unplain` finds fault with."""
+    rec = rtype.from_dict(obj)
+    for k, v in rec.to_dict().items():
+        bad = unplain(v)
+        if bad:
+            raise SchemaError(f"{k} holds {bad}")
+    return rec
+
+
+class Fields:
+    """Typed extraction from data.json: each call returns a checked value or, recording one
+    Problem (``data.json › where``, row, field, what is wrong), its default. An absent or
+    null field takes the default without a problem (every key of the export is optional);
+    a null item of a list is reported."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+
+    def report(self, where: str, line: int, message: str, severity: str = "error") -> None:
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + "…"
+        self.problems.append(Problem(f"{DATA} › {where}", line, message, severity))
+
+    def take(self, v: Any, kind: str, where: str, line: int, name: str, default: Any = None) -> Any:
+        """The field ``v`` checked as ``kind`` (see :func:`typed`), else ``default``."""
+        if v is None:
+            return default
+        try:
+            return typed(name, kind, v)
+        except SchemaError as e:
+            self.report(where, line, f"{e}; left out")
+            return default
+
+    def item(self, v: Any, kind: str, where: str, line: int, name: str) -> Any:
+        """The list item ``v`` checked as ``kind``, else None."""
+        if v is None:
+            self.report(where, line, f"{name} is null; left out")
+        return self.take(v, kind, where, line, name)
+
+    def record(self, rtype: type[Record], obj: dict, where: str, line: int) -> Any:
+        """A record of ``rtype`` built from ``obj``, or None (the row is skipped)."""
+        try:
+            return typed_record(rtype, obj)
+        except SchemaError as e:
+            self.report(where, line, f"{e}, skipped")
+            return None
+
+
+def mine_path(path: Any) -> bool:
+    """Whether ``path`` names a file under ``mine/`` (plain, relative, no empty or ``.`` part)."""
+    return plain_relative(path) and path.startswith("mine/") and all(p not in ("", ".") for p in path.split("/"))
 
 
 def replay_history(entries: list[dict]) -> list[str]:
-    """Versions of an exported ``mine/`` file from its history of added and removed lines:
-    removed lines are taken out (first match), added lines go at the end."""
+    """Versions of an exported ``mine/`` file from its history of added and removed lines
+    (entries as :meth:`ExportSource._entry` returns them): removed lines are taken out (first
+    match), added lines go at the end."""
     lines: list[str] = []
     versions = []
     for e in entries:
-        for r in e.get("removed") or []:
+        for r in e["removed"]:
             if r in lines:
                 lines.remove(r)
-        lines.extend(str(a) for a in e.get("added") or [])
+        lines.extend(e["added"])
         versions.append("\n".join(lines) + "\n" if lines else "")
     return versions
 
@@ -63,55 +160,77 @@ class ExportSource:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._data: dict | None = None
+        self._sections: dict[str, Any] | None = None
         self._problems: list[Problem] = []
 
-    def data(self) -> dict:
-        if self._data is None:
-            p = self.path / DATA
-            try:
-                if p.stat().st_size > MAX_BYTES:
-                    raise ValueError(f"larger than {MAX_BYTES >> 20} MiB")
-                obj = json.loads(p.read_bytes().decode("utf-8"))
-                if not isinstance(obj, dict):
-                    raise ValueError("the top level is not an object")
-            except UnicodeDecodeError as e:
-                self._problems.append(Problem(DATA, 0, f"not UTF-8 (byte {e.start})"))
-                obj = {}
-            except (OSError, ValueError) as e:
-                self._problems.append(Problem(DATA, getattr(e, "lineno", 0) or 0, f"cannot read: {e}"))
-                obj = {}
-            self._data = obj
-        return self._data
+    def sections(self) -> dict[str, Any]:
+        """The top-level sections of data.json, each of its type (empty where absent or wrong)."""
+        if self._sections is None:
+            f = Fields(self._problems)
+            d = self._read()
+            self._sections = {k: f.take(d.get(k), "object" if t is dict else "array", k, 0, k, t())
+                              for k, t in SECTIONS.items()}
+        return self._sections
+
+    def _read(self) -> dict:
+        try:
+            obj = read_json(self.path, DATA, MAX_BYTES)
+        except JSONError as e:
+            self._problems.append(Problem(DATA, e.lineno, str(e)))
+            return {}
+        except (OSError, UnsafePath) as e:
+            self._problems.append(Problem(DATA, 0, f"cannot read: {getattr(e, 'strerror', None) or e}"))
+            return {}
+        if not isinstance(obj, dict):
+            self._problems.append(Problem(DATA, 0, f"the top level is not an object (got {type(obj).__name__})"))
+            return {}
+        return obj
 
     def contents(self) -> RunContents:
-        d = self.data()
+        s = self.sections()
         problems = list(self._problems)
-        run = d.get("run") if isinstance(d.get("run"), dict) else {}
-        index = self._index(d, problems)
-        grid = self._grid(d, problems)
-        turns = self._turns(d, index, problems)
-        writes = self._memory(d, problems)
-        ms = run.get("milestones") if isinstance(run.get("milestones"), dict) else {}
-        achieved = {k: int(v) for k, v in (ms.get("achieved") or {}).items() if isinstance(v, (int, float))}
+        f = Fields(problems)
+        index = self._index(s["index"], s["previous"], f)
+        actions = {r.id: self._records(s["episodes"], r.id, f)[1] or {} for r in index}
+        grid = self._grid(s["grid"], f)
+        turns = self._turns(s["turns"], index, actions, f)
+        writes = self._memory(s["mine"], f)
+        self._log(s["log"], f)  # for its problems: the text is read by log_text
+        manifest, achieved = self._manifest(s["run"], index, f)
         milestones = [MilestoneRow(name=k, step=v, life=0, episode=self._episode_at(index, v))
                       for k, v in sorted(achieved.items(), key=lambda kv: kv[1])]
-        manifest = inferred_manifest(
-            str(run.get("name") or self.path.name), "minecraft", index, task=str(run.get("task") or "unknown"),
-            method=str(run.get("memory_mode") or "unknown"),
-            step_budget=int(run.get("steps") or 0) or max((r.last_step for r in index), default=0),
-            milestone_order=tuple(str(m) for m in ms.get("order") or ()), milestones=achieved,
-            last_step=int(run.get("last_step") or max((r.last_step for r in index), default=0)),
-            policy=str(run.get("model")) if run.get("model") else None,
-            ablations=tuple(str(a) for a in run.get("ablations") or ()),
-            config={k: v for k, v in run.items() if k not in ("milestones",)},
-        )
         tables: dict[str, list] = {
             "index.jsonl": index, "grid.jsonl": grid, "steps.jsonl": [], "turns.jsonl": turns,
             "memory_writes.jsonl": writes, "milestones.jsonl": milestones, "lives.jsonl": [],
         }
         lines = {k: list(range(1, len(v) + 1)) for k, v in tables.items()}
         return RunContents(self.path, manifest, tables, lines, problems)
+
+    def _manifest(self, run: dict, index: list[IndexRow], f: Fields) -> tuple[RunManifest, dict[str, int]]:
+        """The manifest from the ``run`` section, and the milestones it says were achieved."""
+        v = {k: f.take(run.get(k), kind, "run", 0, k) for k, kind in RUN_FIELDS.items()}
+        ms = v["milestones"] or {}
+        order = f.take(ms.get("order"), "strs", "run", 0, "milestones.order", ())
+        achieved: dict[str, int] = {}
+        for k, step in f.take(ms.get("achieved"), "object", "run", 0, "milestones.achieved", {}).items():
+            name = f"milestones.achieved[{k!r}]"
+            n = f.take(step, "int", "run", 0, name)
+            if n is not None and f.take(k, "str", "run", 0, name) is not None:
+                achieved[k] = n
+        config = {}
+        for k, val in run.items():
+            bad = unplain({k: val})
+            if not bad:
+                config[k] = val
+            elif k not in RUN_FIELDS:
+                f.report("run", 0, f"{k!r} holds {bad}; left out of the config")
+        config.pop("milestones", None)
+        last = max((r.last_step for r in index), default=0)
+        return inferred_manifest(
+            v["name"] or self.path.name, "minecraft", index, task=v["task"] or "unknown",
+            method=v["memory_mode"] or "unknown", step_budget=v["steps"] or last, milestone_order=tuple(order),
+            milestones=achieved, last_step=v["last_step"] or last, policy=v["model"],
+            ablations=tuple(v["ablations"] or ()), config=config), achieved
 
     @staticmethod
     def _episode_at(index: list[IndexRow], step: int) -> str | None:
@@ -120,173 +239,220 @@ class ExportSource:
                 return r.id
         return None
 
-    def _index(self, d: dict, problems: list[Problem]) -> list[IndexRow]:
-        rows: list[IndexRow] = []
+    def _index(self, items: list, previous: list, f: Fields) -> list[IndexRow]:
+        lives: list[tuple[str, list]] = []
+        for i, p in enumerate(previous, 1):
+            life = f.item(p, "object", "previous", i, "life") or {}
+            rows = f.take(life.get("index"), "array", "previous", i, "index")
+            if rows is not None:
+                lives.append((f"previous/life_{len(lives)}/index.jsonl", rows))
+        lives.append(("index.jsonl", items))
+        out: list[IndexRow] = []
         seen: set[str] = set()
-        prev = [p["index"] for p in d.get("previous") or [] if isinstance(p, dict) and isinstance(p.get("index"), list)]
-        lives = prev + [d.get("index") or []]
-        for life, items in enumerate(lives):
-            where = "index.jsonl" if life == len(lives) - 1 else f"previous/life_{life}/index.jsonl"
-            for i, raw in enumerate(items, 1):
-                if not isinstance(raw, dict):
-                    problems.append(Problem(f"{DATA} › {where}", i, "not an object, skipped"))
+        for life, (where, rows) in enumerate(lives):
+            for i, raw in enumerate(rows, 1):
+                raw = f.item(raw, "object", where, i, "row")
+                if raw is None:
                     continue
                 obj = {k: v for k, v in raw.items() if not k.startswith("_")}
-                obj["life"] = life
-                image = obj.get("image")
                 ep = obj.get("id")
-                obj["image"] = f"frames/{ep}.jpg" if isinstance(ep, str) and image else None
-                try:
-                    row = IndexRow.from_dict(obj)
-                except (SchemaError, TypeError, ValueError) as e:
-                    problems.append(Problem(f"{DATA} › {where}", i, f"{e}, skipped"))
+                obj.update(life=life, image=f"frames/{ep}.jpg" if isinstance(ep, str) and obj.get("image") else None)
+                row = f.record(IndexRow, obj, where, i)
+                if row is None:
                     continue
                 if row.id in seen:
-                    problems.append(Problem(f"{DATA} › {where}", i, f"duplicate episode id {row.id}, skipped"))
+                    f.report(where, i, f"duplicate episode id {row.id}, skipped")
                     continue
                 seen.add(row.id)
-                rows.append(row)
-        return rows
+                out.append(row)
+        return out
 
-    def _grid(self, d: dict, problems: list[Problem]) -> list[GridRow]:
-        g = d.get("grid") if isinstance(d.get("grid"), dict) else {}
-        kinds = g.get("kinds") or []
+    def _records(self, episodes: dict, ep: str, f: Fields) -> tuple[dict | None, ...]:
+        """State, action and outcome of an episode (each JSON text, or an object)."""
+        rec = f.take(episodes.get(ep), "object", "episodes", 0, ep, {})
+        out = []
+        for part in RECORDS:
+            raw = rec.get(part)
+            if isinstance(raw, str):
+                try:
+                    raw = parse_json(raw)
+                except JSONError as e:
+                    f.report("episodes", 0, f"{ep} {part}: {e}; left out")
+                    raw = None
+            out.append(f.take(raw, "dict", "episodes", 0, f"{ep} {part}"))
+        return tuple(out)
+
+    def _grid(self, g: dict, f: Fields) -> list[GridRow]:
+        w = "grid.jsonl"
+        kinds = f.take(g.get("kinds"), "strs", w, 0, "kinds", ())
+        cells = f.take(g.get("cells"), "array", w, 0, "cells", [])
+        if cells and not kinds:
+            f.report(w, 0, f"{len(cells)} cells left out: no kinds to name them")
+            return []
         rows: list[GridRow] = []
         unknown: set[str] = set()
-        for i, c in enumerate(g.get("cells") or [], 1):
-            try:
-                x, y, z, k, step = c
-                kind = kinds[int(k)]
-            except (TypeError, ValueError, IndexError):
-                problems.append(Problem(f"{DATA} › grid.jsonl", i, "cell is not [x, y, z, kind, step], skipped"))
+        for i, c in enumerate(cells, 1):
+            if not isinstance(c, list) or len(c) != 5:
+                f.report(w, i, "cell is not [x, y, z, kind, step], skipped")
                 continue
-            if kind not in GRID_KINDS:
-                unknown.add(str(kind))
+            x, y, z, k, step = c
+            if type(k) is not int or not 0 <= k < len(kinds):
+                f.report(w, i, f"kind index {k!r} is not one of the {len(kinds)} kinds, skipped")
                 continue
-            try:
-                rows.append(GridRow.from_dict({"cell": [x, y, z], "kind": kind, "step": step}))
-            except (SchemaError, TypeError, ValueError) as e:
-                problems.append(Problem(f"{DATA} › grid.jsonl", i, f"{e}, skipped"))
+            if kinds[k] not in GRID_KINDS:
+                unknown.add(kinds[k])
+                continue
+            row = f.record(GridRow, {"cell": [x, y, z], "kind": kinds[k], "step": step}, w, i)
+            if row is not None:
+                rows.append(row)
         if unknown:
-            problems.append(Problem(f"{DATA} › grid.jsonl", 0, f"cell kinds not in the format, left out: "
-                                                               f"{', '.join(sorted(unknown))}", "warning"))
+            f.report(w, 0, f"cell kinds not in the format, left out: {', '.join(sorted(unknown))}", "warning")
         return rows
 
-    def _turns(self, d: dict, index: list[IndexRow], problems: list[Problem]) -> list[TurnRow]:
-        items = [t for t in d.get("turns") or [] if isinstance(t, dict)]
+    def _turns(self, items: list, index: list[IndexRow], actions: dict[str, dict], f: Fields) -> list[TurnRow]:
+        w = "turns"
         by_turn: dict[int, list[IndexRow]] = {}
-        episodes = d.get("episodes") if isinstance(d.get("episodes"), dict) else {}
-        actions = {}
         for r in index:
-            rec = episodes.get(r.id) if isinstance(episodes.get(r.id), dict) else {}
-            act = _load_json(rec.get("action")) or {}
-            actions[r.id] = act
-            if isinstance(act.get("turn"), int):
-                by_turn.setdefault(act["turn"], []).append(r)
-        out: list[TurnRow] = []
+            turn = f.take(actions[r.id].get("turn"), "int", "episodes", 0, f"{r.id} action.turn")
+            if turn is not None:
+                by_turn.setdefault(turn, []).append(r)
+        read: list[tuple[int, int, int | None, dict]] = []
+        for i, t in enumerate(items, 1):
+            t = f.item(t, "object", w, i, "turn")
+            if t is not None:
+                read.append((i, f.take(t.get("turn"), "int", w, i, "turn", len(read)),
+                             f.take(t.get("step"), "int", w, i, "step"), t))
         last_run_step = max((r.last_step for r in index), default=0)
-        for i, t in enumerate(items):
-            try:
-                turn = int(t.get("turn", i))
-                first = int(t.get("step") or 0)
-                nxt = items[i + 1].get("step") if i + 1 < len(items) else None
-                last = int(nxt) if isinstance(nxt, (int, float)) else max(first, last_run_step)
-                eps = by_turn.get(turn, [])
-                out.append(TurnRow(
-                    turn=turn, life=0, first_step=first, last_step=max(first, last), policy="llm",
-                    calls=tuple(self._calls(t)), targets=tuple(self._targets(eps, actions)), plan_before=(),
-                    plan_after=(), episodes=tuple(r.id for r in eps),
-                    usage=t.get("usage") if isinstance(t.get("usage"), dict) else None,
-                ))
-            except (SchemaError, TypeError, ValueError) as e:
-                problems.append(Problem(f"{DATA} › turns", i + 1, f"{e}, skipped"))
+        out: list[TurnRow] = []
+        for j, (i, turn, step, t) in enumerate(read):
+            first = step or 0
+            nxt = read[j + 1][2] if j + 1 < len(read) else None
+            last = nxt if nxt is not None else max(first, last_run_step)
+            eps = by_turn.get(turn, [])
+            row = f.record(TurnRow, {
+                "turn": turn, "life": 0, "first_step": first, "last_step": max(first, last), "policy": "llm",
+                "calls": self._calls(t, i, f), "targets": self._targets(eps, actions, f), "plan_before": [],
+                "plan_after": [], "episodes": [r.id for r in eps],
+                "usage": f.take(t.get("usage"), "dict", w, i, "usage")}, w, i)
+            if row is not None:
+                out.append(row)
         return out
 
     @staticmethod
-    def _calls(t: dict) -> list[dict]:
-        calls = [{"tool": "model", "args": {"prompt_chars": len(str(t.get("prompt") or ""))},
-                  "result": {"messages": len(t.get("messages") or [])}}]
-        for c in t.get("commands") or []:
-            if not isinstance(c, dict):
+    def _calls(t: dict, i: int, f: Fields) -> list[dict]:
+        w = "turns"
+        prompt = f.take(t.get("prompt"), "str", w, i, "prompt", "")
+        messages = f.take(t.get("messages"), "array", w, i, "messages", [])
+        calls = [{"tool": "model", "args": {"prompt_chars": len(prompt)}, "result": {"messages": len(messages)}}]
+        for n, c in enumerate(f.take(t.get("commands"), "array", w, i, "commands", [])):
+            name = f"commands[{n}]"
+            c = f.item(c, "object", w, i, name)
+            if c is None:
                 continue
-            kinds = c.get("kinds") or []
-            tool = "search" if "episodes" in kinds else "read"
-            calls.append({"tool": tool, "args": {"script": str(c.get("script", ""))[:4000], "kinds": kinds},
-                          "result": {"exit": c.get("exit"), "output_chars": c.get("output_chars")}})
-        for v in t.get("views") or []:
-            calls.append({"tool": "inspect", "args": {"path": str(v)}, "result": {}})
-        for ch in t.get("changes") or []:
-            if isinstance(ch, dict):
-                calls.append({"tool": "write", "args": {"path": str(ch.get("path"))},
-                              "result": {"added": ch.get("added"), "removed": ch.get("removed")}})
+            kinds = list(f.take(c.get("kinds"), "strs", w, i, f"{name}.kinds", ()))
+            script = f.take(c.get("script"), "str", w, i, f"{name}.script", "")
+            result = {k: f.take(c.get(k), "json", w, i, f"{name}.{k}") for k in ("exit", "output_chars")}
+            calls.append({"tool": "search" if "episodes" in kinds else "read",
+                          "args": {"script": script[:4000], "kinds": kinds}, "result": result})
+        for n, v in enumerate(f.take(t.get("views"), "array", w, i, "views", [])):
+            path = f.item(v, "str", w, i, f"views[{n}]")
+            if path is not None:
+                calls.append({"tool": "inspect", "args": {"path": path}, "result": {}})
+        for n, ch in enumerate(f.take(t.get("changes"), "array", w, i, "changes", [])):
+            name = f"changes[{n}]"
+            ch = f.item(ch, "object", w, i, name)
+            if ch is not None:
+                result = {k: f.take(ch.get(k), "json", w, i, f"{name}.{k}") for k in ("added", "removed")}
+                calls.append({"tool": "write", "args": {"path": f.take(ch.get("path"), "str", w, i, f"{name}.path")},
+                              "result": result})
         return calls
 
     @staticmethod
-    def _targets(eps: list[IndexRow], actions: dict[str, dict]) -> list[dict]:
+    def _targets(eps: list[IndexRow], actions: dict[str, dict], f: Fields) -> list[dict]:
         out = []
         for r in eps:
-            entry = actions.get(r.id, {}).get("entry") or {}
-            args = entry.get("args") if isinstance(entry, dict) else None
-            name = entry.get("procedure") if isinstance(entry, dict) else None
-            if name in TARGET_ATOMS and isinstance(args, dict) and all(
-                    isinstance(args.get(k), (int, float)) for k in ("x", "z")):
-                t = {"kind": name, "x": args["x"], "y": args["z"], "in_plan": None}
-                if isinstance(args.get("y"), (int, float)):
-                    t["height"] = args["y"]
-                out.append(t)
+            entry = actions[r.id].get("entry")
+            if not isinstance(entry, dict) or entry.get("procedure") not in TARGET_ATOMS:
+                continue
+            name = f"{r.id} action.entry.args"
+            args = f.take(entry.get("args"), "object", "episodes", 0, name, {})
+            x, z, y = (f.take(args.get(k), "num", "episodes", 0, f"{name}.{k}") for k in ("x", "z", "y"))
+            if x is not None and z is not None:
+                out.append({"kind": entry["procedure"], "x": x, "y": z, "in_plan": None,
+                            **({"height": y} if y is not None else {})})
         return out
 
-    def _memory(self, d: dict, problems: list[Problem]) -> list[MemoryWrite]:
-        mine = d.get("mine") if isinstance(d.get("mine"), dict) else {}
-        files = mine.get("files") if isinstance(mine.get("files"), dict) else {}
-        history = mine.get("history") if isinstance(mine.get("history"), dict) else {}
+    @staticmethod
+    def _entry(raw: Any, path: str, n: int, f: Fields) -> dict | None:
+        """One step of a ``mine/`` file's history, typed (None if it is not an object)."""
+        name = f"history[{path!r}][{n}]"
+        e = f.item(raw, "object", "mine", 0, name)
+        if e is None:
+            return None
+        return {"turn": f.take(e.get("turn"), "int", "mine", 0, f"{name}.turn"),
+                "step": f.take(e.get("step"), "int", "mine", 0, f"{name}.step", 0),
+                "kind": f.take(e.get("kind"), "str", "mine", 0, f"{name}.kind", "write"),
+                **{k: f.take(e.get(k), "strs", "mine", 0, f"{name}.{k}", ()) for k in ("added", "removed")}}
+
+    def _memory(self, mine: dict, f: Fields) -> list[MemoryWrite]:
+        files = f.take(mine.get("files"), "object", "mine", 0, "files", {})
+        history = f.take(mine.get("history"), "object", "mine", 0, "history", {})
         writes: list[tuple[int, str, MemoryWrite]] = []
         for path, text in files.items():
-            if not isinstance(path, str) or not path.startswith("mine/") or ".." in path.split("/"):
-                problems.append(Problem(f"{DATA} › mine", 0, f"file {path!r} is not under mine/, left out"))
+            if not mine_path(path):
+                f.report("mine", 0, f"file {path!r} is not under mine/, left out")
                 continue
-            entries = [e for e in history.get(path) or [] if isinstance(e, dict)]
+            text = f.item(text, "str", "mine", 0, f"files[{path!r}]")
+            if text is None:
+                continue
+            raw = f.take(history.get(path), "array", "mine", 0, f"history[{path!r}]", [])
+            entries = [e for e in (self._entry(r, path, n, f) for n, r in enumerate(raw)) if e is not None]
             versions = replay_history(entries)
-            if not versions or versions[-1].rstrip("\n") != str(text).rstrip("\n"):
+            if not versions or versions[-1].rstrip("\n") != text.rstrip("\n"):
                 if versions:
-                    problems.append(Problem(f"{DATA} › mine", 0, f"{path}: history does not replay to the "
-                                                                  "exported file; the file is kept as the last version",
-                                            "warning"))
-                last_step = int(entries[-1].get("step", 0)) if entries else 0
-                entries = entries + [{"turn": None, "step": last_step, "kind": "export"}]
-                versions = versions + [str(text)]
+                    f.report("mine", 0, f"{path}: history does not replay to the exported file; the file is kept "
+                                        "as the last version", "warning")
+                entries = entries + [{"turn": None, "step": entries[-1]["step"] if entries else 0, "kind": "export"}]
+                versions = versions + [text]
             for e, content in zip(entries, versions):
-                step = int(e.get("step") or 0)
-                writes.append((step, path, MemoryWrite(
-                    seq=0, turn=e.get("turn") if isinstance(e.get("turn"), int) else None, step=step, life=0,
-                    path=path, op="create" if e is entries[0] else "edit", author="agent",
-                    reason=str(e.get("kind") or "write"), sources=(), time="", sha256=sha256(content),
-                    snapshot=content)))
+                w = f.record(MemoryWrite, {
+                    "seq": 0, "turn": e["turn"], "step": e["step"], "life": 0, "path": path,
+                    "op": "create" if e is entries[0] else "edit", "author": "agent", "reason": e["kind"],
+                    "sources": [], "time": "", "sha256": sha256(content), "snapshot": content}, "mine", 0)
+                if w is not None:
+                    writes.append((e["step"], path, w))
         writes.sort(key=lambda w: (w[0], w[1]))
         return [dataclasses.replace(w, seq=i) for i, (_, _, w) in enumerate(writes)]
 
+    @staticmethod
+    def _log(log: dict, f: Fields) -> str | None:
+        """logs.txt rebuilt from the exported sections."""
+        secs = f.take(log.get("sections"), "array", "log", 0, "sections")
+        if secs is None:
+            return None
+        texts = []
+        for n, s in enumerate(secs, 1):
+            s = f.item(s, "object", "log", n, "section")
+            if s is not None:
+                texts.append(f.take(s.get("text"), "str", "log", n, "text", ""))
+        rule = "=" * 80
+        return "".join(f"{rule}\n{t}\n" for t in texts)
+
     def episode_record(self, ref: IndexRow) -> EpisodeRecord:
-        eps = self.data().get("episodes")
-        rec = eps.get(ref.id) if isinstance(eps, dict) and isinstance(eps.get(ref.id), dict) else {}
-        return EpisodeRecord(ref, _load_json(rec.get("state")), _load_json(rec.get("action")),
-                             _load_json(rec.get("outcome")))
+        return EpisodeRecord(ref, *self._records(self.sections()["episodes"], ref.id, Fields([])))
 
     def observation(self, ref: IndexRow) -> np.ndarray:
-        if not ref.image or not EPISODE_ID.match(ref.id):
+        """The episode's frame under ``frames/``; UnsafePath if it leads outside the export."""
+        if not ref.image:
             raise FrameError(f"{ref.id}: this export has no frame for it")
-        p = self.path / ref.image
+        p = inside(self.path, ref.image)
         if not p.is_file():
             raise FrameError(f"{ref.image}: not included in this export")
-        return read_png(p)
+        return read_png(p, ref.image)
 
     def step_frame(self, index: EpisodeIndex, step: int) -> np.ndarray:
         raise FrameError("an MFM export has no per-step frames, only one frame per episode")
 
     def log_text(self) -> str | None:
         """logs.txt rebuilt from the exported sections."""
-        log = self.data().get("log")
-        secs = log.get("sections") if isinstance(log, dict) else None
-        if not isinstance(secs, list):
-            return None
-        rule = "=" * 80
-        return "".join(f"{rule}\n{s.get('text', '')}\n" for s in secs if isinstance(s, dict))
+        return self._log(self.sections()["log"], Fields([]))

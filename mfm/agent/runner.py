@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from contextlib import suppress
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +22,7 @@ from mfm.agent.policy import Decision, MFMPolicy, PolicyGaveUp
 from mfm.agent.tools import MemoryTools
 from mfm.envs import CrafterHarness, Perception, load_task
 from mfm.memory import ProceduralMemory, RunWriter, SpatialGrid
+from mfm.memory.appendlog import WriteError
 from mfm.schema import SCHEMA_VERSION, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, StepRow, TurnRow
 
 FIXED_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -236,7 +238,11 @@ class Runner:
         return False
 
     def run(self) -> Path:
-        """Run until the budget, task completion, a stop request or an error."""
+        """Run until the budget, task completion, a stop request or an error.
+
+        An error closes the run as crashed and is raised again; a write that fails (disk full,
+        :class:`WriteError`) is the ``end_reason``, and a second one while closing is not raised
+        over it (``writer.status_on_disk`` tells whether run.json says crashed)."""
         status, reason = "finished", None
         try:
             self.start()
@@ -248,24 +254,27 @@ class Runner:
         except PolicyGaveUp as e:
             status, reason = "interrupted", str(e)
         except BaseException as e:
-            status, reason = "crashed", f"{type(e).__name__}: {e}"
-            self.finish(status, reason)
+            reason = e.describe(self.writer.dir) if isinstance(e, WriteError) else f"{type(e).__name__}: {e}"
+            with suppress(WriteError):
+                self.finish("crashed", reason)
             raise
         self.finish(status, reason)
         return self.writer.dir
 
     def finish(self, status: str, reason: str | None) -> None:
-        """Close the run with a status; record the agent's summary in run.json."""
-        self.status, self.end_reason = status, reason
+        """Close the run with a status; record the agent's summary in run.json. A write that
+        fails closes it as crashed instead and is raised (:meth:`RunWriter.close`)."""
         if self.clock is not None and self.body is not None:
             self.clock.step = self.body.perception.step
         cfg = dict(self.writer.manifest.config)
         cfg["agent_summary"] = self.summary()
-        self.writer.update_manifest(config=cfg)
-        self.writer.close(status, reason)
-        if self.progress:
-            self._progress(force=True)
-            print(file=sys.stderr)
+        try:
+            self.writer.close(status, reason, config=cfg)
+        finally:
+            self.status, self.end_reason = self.writer.manifest.status, self.writer.manifest.end_reason
+            if self.progress:
+                self._progress(force=True)
+                print(file=sys.stderr)
 
     def summary(self) -> dict[str, Any]:
         """Deaths, turns, steps per turn and how resources were found."""

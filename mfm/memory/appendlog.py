@@ -1,12 +1,78 @@
-"""Append-only JSONL files: whole lines, one write call per batch, flushed on demand."""
+"""Append-only JSONL files: whole lines, one write call per batch, flushed on demand.
+
+Every write to a run's files goes through :func:`append_bytes`, :func:`write_atomic`,
+:func:`write_in_place` or :func:`writing`: a failed write (disk full, read-only file system,
+I/O error, no permission) raises :class:`WriteError` naming the file and leaves nothing
+half-written behind (docs/reliability.md, "Crashes and live runs").
+"""
 from __future__ import annotations
 
+import errno
 import os
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from mfm.schema import Record
+
+
+class WriteError(OSError):
+    """A run's file could not be written; ``filename`` is that file (or episode folder)."""
+
+    @property
+    def condition(self) -> str:
+        """What went wrong, e.g. ``disk full (ENOSPC)`` or ``read-only file system (EROFS)``."""
+        text = self.strerror or "write failed"
+        what = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded"}.get(self.errno or 0,
+                                                                                    text[:1].lower() + text[1:])
+        code = errno.errorcode.get(self.errno or 0)
+        return f"{what} ({code})" if code else what
+
+    def describe(self, root: Path | None = None) -> str:
+        """``disk full (ENOSPC) while writing FILE``, FILE relative to ``root`` when inside it."""
+        name = Path(self.filename or "?")
+        if root is not None and name.is_relative_to(root):
+            name = name.relative_to(root)
+        return f"{self.condition} while writing {name}"
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Raise an OSError of the block as :class:`WriteError` naming ``path``."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as e:
+        raise WriteError(e.errno, e.strerror or str(e), str(path)) from e
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at the descriptor's position (``os.write`` may write less)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def append_bytes(path: Path, data: bytes, fsync: bool = False) -> None:
+    """Append ``data`` to ``path`` (made if missing). If the write fails part-way (the disk
+    filled up), the file is cut back to its old length, so it never ends with part of ``data``."""
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                _write_all(fd, data)
+                if fsync:
+                    os.fsync(fd)
+            except OSError:
+                with suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
+        finally:
+            os.close(fd)
 
 
 class AppendLog:
@@ -48,22 +114,45 @@ class AppendLog:
             return
         data = ("\n".join(self._pending) + "\n").encode("utf-8")
         self._pending.clear()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as f:
-            f.write(data)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
+        append_bytes(self.path, data, self.fsync)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never half.
+
+    The data goes to a temporary file beside ``path``, which is removed if anything fails."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-    os.replace(tmp, path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
+
+
+def write_in_place(path: Path, data: bytes) -> None:
+    """Overwrite the existing file ``path`` with ``data``, for when :func:`write_atomic` has
+    no room for its temporary copy (a full disk): overwriting a file's own blocks needs no new
+    space on ordinary (not copy-on-write) file systems.
+
+    The file keeps its length: ``data`` is padded with spaces (before its final newline; for
+    JSON, whose trailing whitespace is allowed) and written from the start in one call, so the
+    file is never cut short and never holds a mix of two versions, except to a reader racing
+    that one call. Raises :class:`WriteError` (ENOSPC) if ``data`` is longer than the file."""
+    with writing(path):
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if len(data) > size:
+                raise OSError(errno.ENOSPC, f"{len(data)} bytes do not fit over the file's {size} in place")
+            body, end = (data[:-1], b"\n") if data.endswith(b"\n") else (data, b"")
+            _write_all(fd, body + b" " * (size - len(data)) + end)
+        finally:
+            os.close(fd)
 
 
 Clock = Callable[[], str]

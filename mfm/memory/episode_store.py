@@ -26,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 from PIL import Image
 
+from mfm.memory.appendlog import writing
 from mfm.memory.retrieval import forget_pending, frame_hash, remember_pending, remember_written
 from mfm.schema import FRAMES_PER_CHUNK, IndexRow, StepRow, episode_id, frame_chunk
 
@@ -109,13 +110,14 @@ class _Commit:
     def run(self) -> None:
         ep_dir = self.root / self.episode_path
         try:
-            (ep_dir / "state").mkdir(parents=True, exist_ok=True)
-            for rel, obj in self.records:
-                (ep_dir / rel).write_bytes(dump_json(obj))
-            _write_strips(self.strips)
-            if self.observation is not None:
-                (ep_dir / "observation").mkdir(exist_ok=True)
-                (ep_dir / "observation" / "image.png").write_bytes(encode_png(self.observation))
+            with writing(ep_dir):
+                (ep_dir / "state").mkdir(parents=True, exist_ok=True)
+                for rel, obj in self.records:
+                    (ep_dir / rel).write_bytes(dump_json(obj))
+                _write_strips(self.strips)
+                if self.observation is not None:
+                    (ep_dir / "observation").mkdir(exist_ok=True)
+                    (ep_dir / "observation" / "image.png").write_bytes(encode_png(self.observation))
         except BaseException:
             for path, _ in self.strips:
                 forget_pending(path)

@@ -6,17 +6,16 @@ cues leave out) and by the dashboard (to show them). Nothing here writes.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 from PIL import Image
 
+from mfm.boundary import UnsafePath, inside, read_json
 from mfm.memory.index import EpisodeIndex, IndexQuery
 from mfm.schema import FRAMES_PER_CHUNK, IndexRow, frame_chunk
 
@@ -35,9 +34,13 @@ class EpisodeRecord:
     outcome: dict | None
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(run_dir: Path, rel: str) -> dict | None:
+    """An episode record file as a dict; None where missing or unreadable. Raises
+    UnsafePath when the file (through a symlink) lies outside the run."""
     try:
-        obj = json.loads(path.read_text("utf-8"))
+        obj = read_json(run_dir, rel)
+    except UnsafePath:
+        raise
     except (OSError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None
@@ -49,15 +52,68 @@ def search(index: EpisodeIndex, **predicates: Any) -> list[IndexRow]:
 
 
 def load_episode(run_dir: Path, ref: IndexRow) -> EpisodeRecord:
-    """The state, action and outcome records of a referenced episode (None where missing)."""
-    base = run_dir / ref.path
-    return EpisodeRecord(ref, _read_json(base / "state" / "state.json"), _read_json(base / "action.json"),
-                         _read_json(base / "outcome.json"))
+    """The state, action and outcome records of a referenced episode (None where missing).
+    Raises UnsafePath if the index row or a symlink leads outside the run."""
+    inside(run_dir, ref.path)
+    return EpisodeRecord(ref, *(_read_json(run_dir, f"{ref.path}/{rel}")
+                                for rel in ("state/state.json", "action.json", "outcome.json")))
 
 
-def read_png(path: Path) -> np.ndarray:
-    """Decode a PNG to an HxWx3 uint8 array; raise FrameError naming the file on failure."""
-    return _read_png_cached(str(path), _mtime(path))
+MAX_PIXELS = 16_000_000
+"""Images (frame strips, observations) with more pixels are refused before decoding."""
+DECODED_BYTES = 256 * 1024 * 1024
+"""Pixel bytes of decoded images :func:`read_png` keeps (least recently used go first)."""
+
+
+def decode_png(path: Path, name: str | None = None) -> np.ndarray:
+    """Decode an image to an HxWx3 uint8 array (read-only, not cached); raise FrameError
+    naming it (``name``, else the file name: never the server's absolute path)."""
+    label = name or Path(path).name
+    try:
+        with Image.open(path) as im:
+            if im.width * im.height > MAX_PIXELS:
+                raise FrameError(f"{label}: image of {im.width}x{im.height} pixels is too large, not decoded")
+            arr = np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
+    except FileNotFoundError:
+        raise FrameError(f"{label}: missing") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise FrameError(f"{label}: not a readable image ({str(e).replace(str(path), label)})") from None
+    arr.setflags(write=False)
+    return arr
+
+
+_decoded: OrderedDict[tuple[str, tuple[int, int] | None], np.ndarray] = OrderedDict()
+_decoded_bytes = 0
+_decoded_lock = threading.Lock()
+
+
+def read_png(path: Path, name: str | None = None) -> np.ndarray:
+    """:func:`decode_png`, served from a cache of decoded images bounded by their bytes
+    (:data:`DECODED_BYTES`) while the file's modification time and size are unchanged."""
+    global _decoded_bytes
+    key = (str(path), _stamp(path))
+    with _decoded_lock:
+        hit = _decoded.get(key)
+        if hit is not None:
+            _decoded.move_to_end(key)
+            return hit
+    arr = decode_png(path, name)
+    if key[1] is not None and arr.nbytes <= DECODED_BYTES // 8:
+        with _decoded_lock:
+            if key not in _decoded:
+                _decoded[key] = arr
+                _decoded_bytes += arr.nbytes
+            while _decoded_bytes > DECODED_BYTES:
+                _decoded_bytes -= _decoded.popitem(last=False)[1].nbytes
+    return arr
+
+
+def forget_decoded() -> None:
+    """Empty the decoded-image cache (benchmarks measure cold reads with it)."""
+    global _decoded_bytes
+    with _decoded_lock:
+        _decoded.clear()
+        _decoded_bytes = 0
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -67,26 +123,6 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_mtime_ns, st.st_size
-
-
-def _mtime(path: Path) -> float:
-    stamp = _stamp(path)
-    return -1 if stamp is None else stamp[0]
-
-
-@lru_cache(maxsize=256)
-def _read_png_cached(path: str, mtime: float) -> np.ndarray:
-    try:
-        with Image.open(path) as im:
-            if im.width * im.height > 16_000_000:
-                raise FrameError(f"{path}: image of {im.width}x{im.height} pixels is too large, not decoded")
-            arr = np.asarray(im.convert("RGB"))
-    except FileNotFoundError:
-        raise FrameError(f"{path}: missing") from None
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-        raise FrameError(f"{path}: not a readable image ({e})") from None
-    arr.setflags(write=False)
-    return arr
 
 
 WRITTEN_BYTES = 8_000_000
@@ -152,14 +188,14 @@ def forget_written() -> None:
         _written_bytes = 0
 
 
-def _read_strip(path: Path) -> np.ndarray:
+def _read_strip(path: Path, name: str) -> np.ndarray:
     """A frame strip: as this process wrote it (or is writing it) if the file is unchanged
     since, else decoded."""
     with _written_lock:
         hit = _written.get(str(path))
     if hit is not None and (hit[0] is None or hit[0] == _stamp(path)):
         return hit[1]
-    return read_png(path)
+    return read_png(path, name)
 
 
 def frame_hash(frame: np.ndarray) -> str:
@@ -172,7 +208,7 @@ def observation(run_dir: Path, ref: IndexRow) -> np.ndarray:
     it, else (format 1.1) the episode's last per-step frame, checked against the index's
     ``observation_hash``."""
     if ref.image:
-        return read_png(run_dir / ref.image)
+        return read_png(inside(run_dir, ref.image), ref.image)
     if ends_in_strip(ref):
         frame = episode_frame(run_dir, ref, ref.frames - 1)
         check_end_frame(ref, frame)
@@ -198,7 +234,8 @@ def episode_frame(run_dir: Path, ref: IndexRow, i: int, size: int | None = None)
     if not 0 <= i < ref.frames:
         raise FrameError(f"{ref.id}: frame {i} out of range (it has {ref.frames})")
     chunk, row = frame_chunk(ref.path, i)
-    strip = _read_strip(run_dir / chunk)
+    inside(run_dir, chunk)
+    strip = _read_strip(run_dir / chunk, chunk)
     h = size or strip.shape[1]
     expected = min(FRAMES_PER_CHUNK, ref.frames - (i - row))
     if strip.shape[0] != expected * h:

@@ -10,19 +10,23 @@ at once and waits for the previous episode's commit instead, so the files of an 
 are written while the next one plays and at most one episode is committed late. A process
 killed at any moment loses at most the episode in flight and, in background mode, the one
 being committed: an episode is in the index only if its files are on disk
-(``tests/test_crash.py``).
+(``tests/test_crash.py``). A write that fails (disk full, read-only file system, I/O error,
+no permission) raises :class:`~mfm.memory.appendlog.WriteError`, and :meth:`RunWriter.close`
+still marks the run ``crashed`` in ``run.json`` when it can (``tests/test_disk_full.py``).
 """
 from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
 from mfm.memory.agent_memory import AgentMemory
-from mfm.memory.appendlog import AppendLog, Clock, now_iso, write_atomic
+from mfm.memory.appendlog import (AppendLog, Clock, WriteError, append_bytes, now_iso, write_atomic,
+                                  write_in_place, writing)
 from mfm.memory.episode_store import EpisodeRecording, EpisodeStore
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.spatial import SpatialGrid
@@ -34,6 +38,18 @@ MANIFEST_EVERY_S = 1.0
 run goes on; milestones, lives and the run's end are written at once. Rewriting it after
 every episode cost ~1 ms each (docs/benchmarks.md, figure 5); readers of a running run take
 its steps from ``steps.jsonl``, not from the manifest."""
+MANIFEST_ROOM = 512
+"""Spaces ``run.json`` ends with while the run is running (JSON allows trailing whitespace):
+room for the run's end (status, ``end_reason``, ``ended_at``, the agent's summary) to be
+written over the file in place when the disk is full and the file cannot be replaced
+(:meth:`RunWriter.close`, :func:`~mfm.memory.appendlog.write_in_place`). A closed run's
+``run.json`` has no such padding unless it was closed that way."""
+
+
+def manifest_bytes(m: RunManifest) -> bytes:
+    """The bytes of ``run.json`` holding ``m`` (padded by ``MANIFEST_ROOM`` while running)."""
+    pad = " " * MANIFEST_ROOM if m.status == "running" else ""
+    return (m.to_json() + pad + "\n").encode("utf-8")
 
 
 class RunWriter:
@@ -61,9 +77,35 @@ class RunWriter:
         self._lives = AppendLog(run_dir / "lives.jsonl", fsync)
         self._actions = 0
 
-    def _write_manifest(self) -> None:
-        write_atomic(self.dir / MANIFEST, (self.manifest.to_json() + "\n").encode("utf-8"))
-        self._written_manifest, self._manifest_at = self.manifest, time.monotonic()
+    def _write_manifest(self, in_place: bool = False) -> None:
+        """Replace ``run.json``; with ``in_place``, if that fails, overwrite it in place with
+        as much of the manifest as fits (:meth:`_fitted`)."""
+        written = self.manifest
+        try:
+            write_atomic(self.dir / MANIFEST, manifest_bytes(written))
+        except WriteError:
+            if not in_place:
+                raise
+            with writing(self.dir / MANIFEST):
+                written = self._fitted((self.dir / MANIFEST).stat().st_size)
+            write_in_place(self.dir / MANIFEST, manifest_bytes(written))
+        self._written_manifest, self._manifest_at = written, time.monotonic()
+
+    def _fitted(self, room: int) -> RunManifest:
+        """The manifest to write over ``run.json`` in ``room`` bytes: the current one if it
+        fits, else the one on disk with the run's end, its ``end_reason`` cut short to fit."""
+        m = self.manifest
+        if len(manifest_bytes(m)) <= room:
+            return m
+        m = dataclasses.replace(self._written_manifest, status=m.status, end_reason=m.end_reason, ended_at=m.ended_at)
+        while (over := len(manifest_bytes(m)) - room) > 0 and m.end_reason:
+            m = dataclasses.replace(m, end_reason=m.end_reason[:-over])
+        return m
+
+    @property
+    def status_on_disk(self) -> str:
+        """The status ``run.json`` holds: the last one written."""
+        return self._written_manifest.status
 
     def _manifest_due(self) -> bool:
         """Whether ``run.json`` should be rewritten now: a field other than ``last_step``
@@ -120,9 +162,7 @@ class RunWriter:
         body += [f"[EVENT] {e}" for e in row.events]
         if row.note:
             body.append(f"[NOTE] {row.note}")
-        text = "\n".join([LOG_RULE, head, "", *body, ""]) + "\n"
-        with open(self.dir / LOGS, "a", encoding="utf-8") as f:
-            f.write(text)
+        append_bytes(self.dir / LOGS, ("\n".join([LOG_RULE, head, "", *body, ""]) + "\n").encode("utf-8"))
 
     def record_turn(self, turn: TurnRow) -> None:
         self._turns.append(turn)
@@ -140,10 +180,32 @@ class RunWriter:
         if e.event == "respawn":
             self.manifest = dataclasses.replace(self.manifest, lives=max(self.manifest.lives, e.life + 1))
 
-    def close(self, status: str, end_reason: str | None = None) -> None:
-        """Flush whatever is queued and mark the run finished, interrupted or crashed."""
-        for log in (self._steps, self._turns, self._milestones, self._lives):
-            log.flush()
-        self.grid.flush()
-        self.episodes.close()
-        self.update_manifest(status=status, end_reason=end_reason, ended_at=self.clock())
+    def close(self, status: str, end_reason: str | None = None, **changes: Any) -> None:
+        """Flush whatever is queued and mark the run finished, interrupted or crashed (with
+        ``changes``, more fields of ``run.json``).
+
+        If a write fails, the rest is still written where it can be and the run is marked
+        ``crashed`` with that failure as ``end_reason`` (unless the caller already closes it as
+        crashed), ``run.json`` rewritten in place if it cannot be replaced; then the first
+        :class:`WriteError` is raised. :attr:`status_on_disk` tells whether that status got
+        written."""
+        error: WriteError | None = None
+        for flush in (self._steps.flush, self._turns.flush, self._milestones.flush, self._lives.flush,
+                      self.grid.flush, self.episodes.close):
+            try:
+                flush()
+            except WriteError as e:
+                error = error or e
+        if error is None:
+            try:
+                self.update_manifest(status=status, end_reason=end_reason, ended_at=self.clock(), **changes)
+                return
+            except WriteError as e:
+                error = e
+        if status != "crashed":
+            status, end_reason = "crashed", error.describe(self.dir)
+        self.manifest = dataclasses.replace(self.manifest, status=status, end_reason=end_reason,
+                                            ended_at=self.clock(), **changes)
+        with suppress(WriteError):
+            self._write_manifest(in_place=True)
+        raise error
