@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-PRELOAD = ("altair", "plotly.express", "plotly.graph_objects", "dashboard.charts", "loaders.views")
+PRELOAD = ("altair", "plotly.express", "plotly.graph_objects", "dashboard.charts", "loaders.run_pages")
 """Imported before timing: a running dashboard has them loaded already."""
 
 

@@ -5,18 +5,19 @@ the spatial grid (in memory), and the files the agent itself reads (its ``mine/`
 the per-step trace ``steps.jsonl`` and the text log ``logs.txt``). It writes nothing else:
 no frame strips, observation images or episode records, no index, grid, turn, milestone or
 life tables, no manifest updates. Frames the agent inspects are served from memory, so both
-modes take the same decisions and play the same steps.
+modes take the same decisions and play the same steps. :class:`NullRecorder` plugs both into
+the :class:`~mfm.agent.runner.Runner` (its ``writer`` and ``frames`` arguments).
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import numpy as np
 
 from mfm.memory import RunWriter
+from mfm.memory.appendlog import Clock
 from mfm.memory.episode_store import EpisodeRecording, EpisodeStore
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import FrameError
@@ -25,16 +26,16 @@ from mfm.schema import GridRow, IndexRow, TurnRow
 
 
 class NullWriter(RunWriter):
-    """A :class:`RunWriter` that records nothing to disk (see the module docstring)."""
+    """A :class:`RunWriter` that records nothing to disk (see the module docstring); the
+    frames of its episodes are kept in ``frames`` (episode path to frames)."""
 
-    frames: dict[str, list[np.ndarray]] = {}
-
-    def __init__(self, run_dir: Path, manifest: Any, fsync: bool = False, **kw: Any) -> None:
+    def __init__(self, run_dir: Path, manifest: Any, frames: dict[str, list[np.ndarray]], fsync: bool = False,
+                 **kw: Any) -> None:
         super().__init__(run_dir, manifest, fsync, **kw)
         self.episodes.close()
         self.index = EpisodeIndex()
         self.grid = SpatialGrid()
-        NullWriter.frames = {}
+        self.frames = frames
 
     def _write_manifest(self) -> None:
         """Nothing after the first write (done by RunWriter.__init__)."""
@@ -42,10 +43,13 @@ class NullWriter(RunWriter):
             super()._write_manifest()
 
     def end_episode(self, rec: EpisodeRecording, *, grid: Iterable[GridRow] = (), observation: np.ndarray,
-                    log_lines: Iterable[str] = (), **finalize: Any) -> IndexRow:
-        row = EpisodeStore.index_row(rec, observation=observation, **{k: v for k, v in finalize.items()
-                                                                      if k not in ("state", "outcome")})
-        NullWriter.frames[row.path] = rec.frames
+                    state: dict[str, Any], outcome: dict[str, Any], summary: str, tags: list[str], events: list[str],
+                    x: float | None, y: float | None, outcome_label: str | None, note: str | None = None,
+                    log_lines: Iterable[str] = ()) -> IndexRow:
+        """The episode's trace and log section, its index row and grid rows in memory, its frames kept."""
+        row = EpisodeStore.index_row(rec, observation=observation, summary=summary, tags=tags, events=events, x=x,
+                                     y=y, outcome_label=outcome_label, note=note)
+        self.frames[row.path] = rec.frames
         self._steps.append(rec.steps)
         self._steps.flush()
         for g in grid:
@@ -57,32 +61,26 @@ class NullWriter(RunWriter):
     def record_turn(self, turn: TurnRow) -> None:
         """Not recorded."""
 
-    def close(self, status: str, end_reason: str | None = None) -> None:
+    def close(self, status: str, end_reason: str | None = None, **changes: Any) -> None:
         """Nothing to flush."""
 
 
-def memory_frame(run_dir: Path, ref: IndexRow, i: int, size: int | None = None) -> np.ndarray:
-    """``retrieval.episode_frame`` for a :class:`NullWriter` run: the frame kept in memory."""
-    frames = NullWriter.frames.get(ref.path, [])
-    if not 0 <= i < len(frames):
-        raise FrameError(f"{ref.id}: frame {i} out of range (it has {len(frames)})")
-    return frames[i]
+class NullRecorder:
+    """A run's :class:`NullWriter` and the reader of the frames it keeps, for the runner."""
 
+    def __init__(self) -> None:
+        self.frames: dict[str, list[np.ndarray]] = {}
 
-@contextlib.contextmanager
-def recording(on: bool) -> Iterator[None]:
-    """Within the block, ``mfm run`` records normally (``on``) or through :class:`NullWriter`."""
-    import mfm.agent.llm as llm
-    import mfm.agent.runner as runner
-    import mfm.agent.tools as tools
+    def writer(self, run_dir: Path, manifest: Any, clock: Clock) -> NullWriter:
+        """The runner's writer (``Runner(writer=...)``), as ``mfm run`` makes it but recording nothing."""
+        return NullWriter(run_dir, manifest, self.frames, clock=clock, background_commit=True)
 
-    saved = runner.RunWriter, tools.episode_frame, llm.episode_frame
-    if not on:
-        runner.RunWriter, tools.episode_frame, llm.episode_frame = NullWriter, memory_frame, memory_frame
-    try:
-        yield
-    finally:
-        runner.RunWriter, tools.episode_frame, llm.episode_frame = saved
+    def frame(self, run_dir: Path, ref: IndexRow, i: int) -> np.ndarray:
+        """``retrieval.episode_frame`` for the run (``Runner(frames=...)``): the frame kept in memory."""
+        frames = self.frames.get(ref.path, [])
+        if not 0 <= i < len(frames):
+            raise FrameError(f"{ref.id}: frame {i} out of range (it has {len(frames)})")
+        return frames[i]
 
 
 def play(out: Path, steps: int, seed: int, on: bool) -> tuple[float, float, int, dict]:
@@ -91,10 +89,14 @@ def play(out: Path, steps: int, seed: int, on: bool) -> tuple[float, float, int,
     from mfm.agent.config import RunConfig
     from mfm.agent.runner import Runner
 
-    with recording(on):
-        r = Runner(RunConfig(task="diamond", seed=seed, steps=steps, out=out, stop_when_done=False))
-        t, cpu = time.perf_counter(), time.process_time()
-        r.run()
-        dt, dcpu = time.perf_counter() - t, time.process_time() - cpu
+    config = RunConfig(task="diamond", seed=seed, steps=steps, out=out, stop_when_done=False)
+    if on:
+        r = Runner(config)
+    else:
+        null = NullRecorder()
+        r = Runner(config, writer=null.writer, frames=null.frame)
+    t, cpu = time.perf_counter(), time.process_time()
+    r.run()
+    dt, dcpu = time.perf_counter() - t, time.process_time() - cpu
     summary = r.summary()
     return dt, dcpu, summary["steps"], summary

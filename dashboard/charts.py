@@ -1,4 +1,4 @@
-"""Plotly figures for the pages, built from the view tables of ``loaders.views``. No Streamlit.
+"""Plotly figures for the pages, built from the view tables of ``loaders.run_pages``. No Streamlit.
 
 Each figure has axis titles with units and a legend, and uses the palette of
 ``dashboard.theme`` so colours mean the same on every page.
@@ -16,12 +16,13 @@ from PIL import Image
 from plotly.subplots import make_subplots
 
 from dashboard import theme
-from loaders.views import MAP_TILES_Y, TILES_X, TILES_Y
+from loaders.run_pages import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 from mfm.schema import GRID_KINDS
 
 MARK_OFFSETS = {"milestone": -0.42, "memory_write": -0.32, "death": 0.0, "search": 0.32, "inspect": 0.42,
                 "model_ok": 0.2, "model_retried": 0.2, "model_failed": 0.2}
 FONT = dict(size=13)
+CSD_STATUS_COLORS = {"verified": "#1b9e77", "failed": "#d62728", "candidate": "#999999"}
 
 
 def _layout(fig: go.Figure, height: int) -> go.Figure:
@@ -181,7 +182,7 @@ def png_data_uri(frame: np.ndarray) -> str:
 
 
 def _tile_shapes(fig: go.Figure, frame: np.ndarray, row: int, col: int) -> None:
-    t = max(1, frame.shape[1] // TILES_X)
+    t = tile_size(frame)
     h, w = frame.shape[:2]
     for i in range(TILES_X + 1):
         fig.add_shape(type="line", x0=i * t - 0.5, x1=i * t - 0.5, y0=-0.5, y1=min(h, TILES_Y * t) - 0.5,
@@ -376,3 +377,32 @@ def provenance_figure(nodes: pd.DataFrame, edges: pd.DataFrame, selected: str | 
                      range=[-0.6, len(PROV_COLUMNS) - 0.4], showgrid=False, zeroline=False)
     fig.update_yaxes(title_text="env step", autorange="reversed")
     return _layout(fig, 620)
+
+
+def analogy_figure(nodes: pd.DataFrame, edges: pd.DataFrame) -> go.Figure:
+    """The Echo analogy graph from ``loaders.echo.analogy_layout`` (``nodes``) and
+    ``analogy_edges``: edges labelled with the axes that carried the analogy (solid from the
+    representative, dotted from the exemplar sharing the value); node colour is the task's status."""
+    pos = {r.task: (r.x, r.y) for r in nodes.itertuples()}
+    fig = go.Figure()
+    for r in edges.itertuples():
+        (x0, y0), (x1, y1) = pos[r.source], pos[r.target]
+        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
+                                 line=dict(color=CSD_STATUS_COLORS.get(r.status, "#999999"), width=1.2,
+                                           dash="solid" if r.role == "representative" else "dot")))
+        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=r.axes, showarrow=False, font=dict(size=9),
+                           bgcolor="rgba(255,255,255,0.7)")
+    for status, color in CSD_STATUS_COLORS.items():
+        ns = nodes[nodes["status"] == status]
+        if not len(ns):
+            continue
+        fig.add_trace(go.Scatter(
+            x=list(ns["x"]), y=list(ns["y"]), mode="markers+text", name=status, text=list(ns["task"]),
+            textposition="top center", marker=dict(size=14, color=color, line=dict(width=1, color="#333")),
+            customdata=list(ns["task"]), hovertemplate="%{customdata}<extra>" + status + "</extra>"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    tallest = int(nodes["x"].value_counts().max()) if len(nodes) else 1
+    fig.update_layout(height=max(320, 70 * tallest), margin=dict(l=10, r=10, t=30, b=10),
+                      legend=dict(orientation="h"))
+    return fig

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dashboard.safe_text import clip
 from loaders.formats import detect
-from loaders.views import UnsafePath, inside
+from mfm.boundary import UnsafePath, inside
 from mfm.schema import EPISODE_ID
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,6 +105,21 @@ def parse_range(value: str | None) -> tuple[int, int] | None:
     if lo is None or hi is None:
         return None
     return (lo, hi) if lo <= hi else (hi, lo)
+
+
+def format_range(rng: tuple[int, int]) -> str:
+    """A step range as its ``lo-hi`` query value (the inverse of :func:`parse_range`)."""
+    return f"{rng[0]}-{rng[1]}"
+
+
+def clamp_range(value: str | None, first: int, last: int) -> tuple[int, int] | None:
+    """A ``lo-hi`` query value clamped into ``first..last``; None when absent, unreadable or
+    empty once clamped."""
+    rng = parse_range(value)
+    if rng is None:
+        return None
+    lo, hi = max(first, min(rng[0], last)), min(last, max(rng[1], first))
+    return (lo, hi) if lo < hi else None
 
 
 def parse_cell(value: str | None) -> tuple[int, int] | None:

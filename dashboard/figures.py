@@ -22,9 +22,9 @@ import pandas as pd
 import vl_convert as vlc
 
 from dashboard import theme
-from loaders import analysis_views as av
+from loaders import analysis_pages as ap
 from loaders import provenance
-from loaders import views
+from loaders import run_pages
 from loaders.run import Run, find_runs, open_run
 
 WIDTHS = {"single": 240, "double": 500}
@@ -74,7 +74,7 @@ def _method_scale(methods: Sequence[str]) -> alt.Scale:
 
 
 def _clip(run: Run, lo: int | None, hi: int | None) -> tuple[int, int]:
-    first, last = views.step_bounds(run)
+    first, last = run_pages.step_bounds(run)
     return (first if lo is None else max(first, lo), last if hi is None else min(last, hi))
 
 
@@ -83,7 +83,7 @@ def timeline_figure(key: str, run: Run, width: str = "double", lo: int | None = 
     """Episodes of one run as bars over env steps (within ``lo``–``hi``), one row per life,
     coloured by action kind or outcome."""
     lo, hi = _clip(run, lo, hi)
-    bars = views.timeline_bars(run.episodes(), lo, hi, color_by)
+    bars = run_pages.timeline_bars(run.episodes(), lo, hi, color_by)
     cats = sorted(set(bars["category"])) if len(bars) else []
     chart = alt.Chart(_data(bars)).mark_bar(height=10).encode(
         x=alt.X("start:Q", title="env step", scale=alt.Scale(domain=[lo, hi])), x2="end:Q",
@@ -100,7 +100,7 @@ def grid_figure(key: str, run: Run, width: str = "single", lo: int | None = None
     by kind, and the end positions of the episodes of that range (black dots); the second axis
     grows downwards."""
     lo, hi = _clip(run, lo, hi)
-    cells = views.grid_cells(run.grid(), lo, hi, kinds)
+    cells = run_pages.grid_cells(run.grid(), lo, hi, kinds)
     eps = run.episodes()
     eps = eps[eps["x"].notna() & eps["y"].notna() & (eps["last_step"] >= lo) & (eps["first_step"] <= hi)][
         ["id", "x", "y"]] if len(eps) else pd.DataFrame(columns=["id", "x", "y"])
@@ -138,16 +138,16 @@ def _band_chart(bands: pd.DataFrame, y_title: str, shade: list[tuple[int, int]] 
 
 def steps_per_turn_figure(runs: list[tuple[str, Run]], window: int = 25, width: str = "double") -> Figure:
     """Rolling median env steps per turn per method (seed band), shaded where MFM leads."""
-    bands = av.seed_bands([(av.method_of(r), av.seed_of(r), av.steps_per_turn(r, window)) for _, r in runs],
+    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.steps_per_turn(r, window)) for _, r in runs],
                           "median")
-    chart = _band_chart(bands, "env steps per turn", av.exceed_intervals(bands))
+    chart = _band_chart(bands, "env steps per turn", ap.exceed_intervals(bands))
     return Figure("steps_per_turn", _style(chart, width, 140), runs, "steps_per_turn", _range(runs),
                   {"window": window})
 
 
 def progress_figure(runs: list[tuple[str, Run]], width: str = "double") -> Figure:
     """Milestones reached against env step per method (seed band)."""
-    bands = av.seed_bands([(av.method_of(r), av.seed_of(r), av.milestone_curve(r)) for _, r in runs], "milestones",
+    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.milestone_curve(r)) for _, r in runs], "milestones",
                           points=400, hold=True)
     return Figure("progress", _style(_band_chart(bands, "milestones reached"), width, 140), runs, "progress",
                   _range(runs))
@@ -156,7 +156,7 @@ def progress_figure(runs: list[tuple[str, Run]], width: str = "double") -> Figur
 def retargeting_figure(runs: list[tuple[str, Run]], width: str = "single") -> Figure:
     """The A.4 table as grouped bars per method: retarget rates (inspecting vs other turns)
     and the near share vs the null rate, with the counts as labels."""
-    _, table = av.retarget_tables(runs)
+    _, table = ap.retarget_tables(runs)
     rows = []
     for r in table.itertuples():
         rows += [{"method": r.method, "measure": "retarget | inspect", "rate": r.inspect_rate,
@@ -182,7 +182,7 @@ def retargeting_figure(runs: list[tuple[str, Run]], width: str = "single") -> Fi
               .configure_legend(labelFontSize=7, orient="top")
               .configure_header(labelFontSize=8, labelAngle=0, labelAlign="left")
               .configure_view(stroke=None))
-    return Figure("retargeting", styled, runs, "retargeting", _range(runs), {"radius": av.RADIUS})
+    return Figure("retargeting", styled, runs, "retargeting", _range(runs), {"radius": ap.RADIUS})
 
 
 PROVENANCE_LABELS = {"knowledge": "knowledge lines", "procedure": "procedure versions", "plan": "plan versions",
@@ -223,7 +223,7 @@ def provenance_figure(key: str, run: Run, width: str = "double", lo: int | None 
 
 
 def _range(runs: list[tuple[str, Run]]) -> tuple[int, int] | None:
-    bounds = [views.step_bounds(r) for _, r in runs]
+    bounds = [run_pages.step_bounds(r) for _, r in runs]
     return (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else None
 
 
@@ -262,7 +262,7 @@ def deep_link(fig: Figure, base_url: str = "") -> str:
 def manifest(fig: Figure, width: str, base_url: str = "") -> dict[str, Any]:
     """The figure's provenance record."""
     return {"figure": fig.name, "width": width, "width_pt": WIDTHS[width],
-            "runs": [{"key": k, "path": str(r.path), "method": av.method_of(r), "seed": av.seed_of(r),
+            "runs": [{"key": k, "path": str(r.path), "method": ap.method_of(r), "seed": ap.seed_of(r),
                       "sha256": content_hash(r)} for k, r in fig.runs],
             "steps": list(fig.steps) if fig.steps else None, "filters": fig.filters, "view": fig.view,
             "package": {"name": "mfm", "version": package_version()}, "deep_link": deep_link(fig, base_url)}

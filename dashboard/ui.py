@@ -9,11 +9,12 @@ Run data and URL values reach Markdown-rendering elements only through :func:`md
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -23,10 +24,14 @@ from dashboard import safe_text
 from dashboard.core import PAGES_DIR, live_caption, param_problem, resolve_run_key, run_key, runs_root, \
     split_list, status_changes
 from dashboard.theme import STATUS_LABELS
-from loaders import views
+from loaders import run_pages
 from loaders.live import LiveRuns, needs_refresh, watch_key
 from loaders.run import Run, find_runs
-from loaders.views import UnsafePath
+from mfm.boundary import UnsafePath
+
+T = TypeVar("T")
+Runs = Run | Sequence[tuple[str, Run]]
+"""What :func:`cached` keys on: one run, or ``(key, run)`` pairs."""
 
 STICKY = "_mfm_sticky"
 GLOBAL_KEYS = ("runs", "run")
@@ -117,6 +122,30 @@ def init_widget(key: str, value: Any) -> None:
     """Give a keyed widget its starting value (from the URL) unless it already has one."""
     if key not in st.session_state:
         st.session_state[key] = value
+
+
+def bound(key: str, param: str, default: Any, parse: Callable[[str], Any] = str,
+          fmt: Callable[[Any], object] = str, sync: bool = False) -> dict[str, Any]:
+    """Bind the widget ``key`` to the URL parameter ``param``; returns the widget's ``key``
+    and ``on_change`` arguments.
+
+    The widget starts at ``parse(value)`` of the parameter (``default`` when it is absent, or
+    ``parse`` gives None or raises ValueError) unless the session already holds a value; with
+    ``sync`` the URL wins on every run. A change writes ``fmt(value)`` to the URL, or removes
+    the parameter when the value is ``default`` or None, so a deep link reopens the same view."""
+    text = qp(param)
+    try:
+        value = None if text is None else parse(text)
+    except ValueError:
+        value = None
+    if sync or key not in st.session_state:
+        st.session_state[key] = default if value is None else value
+
+    def changed() -> None:
+        v = st.session_state[key]
+        set_qp(**{param: None if v is None or v == default else fmt(v)})
+
+    return {"key": key, "on_change": changed}
 
 
 @st.cache_resource(show_spinner=False)
@@ -210,40 +239,53 @@ def link_params(**extra: Any) -> dict[str, str]:
     return out
 
 
-@st.cache_data(max_entries=2048, show_spinner=False)
-def _frame(path: str, sig: tuple, step: int | None, episode: str | None, _run: Run) -> np.ndarray:
-    return views.frame_for(_run, step=step, episode=episode)
+def _runs_key(runs: Runs) -> tuple:
+    """The part of a cache key that changes whenever the runs are written."""
+    if isinstance(runs, Run):
+        return str(runs.path), runs.signature
+    return tuple((k, str(r.path), r.signature) for k, r in runs)
 
 
-def frame(run: Run, step: int | None = None, episode: str | None = None) -> np.ndarray:
-    """A frame (cached on the run's signature); raises FrameError or UnsafePath."""
-    return _frame(str(run.path), run.signature, step, episode, run)
+def cached(fn: Callable[..., T], max_entries: int = 64) -> Callable[..., T]:
+    """``fn(runs, *args, **kwargs)`` cached (``st.cache_data``) on the run's signature
+    (``Run.signature``; for ``(key, run)`` pairs, every key, path and signature) plus the
+    other arguments, which Streamlit must be able to hash. ``st.cache_data.clear()`` clears it.
+
+    Streamlit names a cache by its function's qualified name and source, so the inner function
+    is renamed after ``fn`` (and where it is defined) to give every wrapped function its own."""
+    def call(key: tuple, args: tuple, kwargs: tuple, _runs: Runs) -> T:
+        return fn(_runs, *args, **dict(kwargs))
+
+    code = getattr(fn, "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code else ""
+    call.__qualname__ = f"cached[{fn.__module__}.{fn.__qualname__}@{where}]"
+    memo = st.cache_data(max_entries=max_entries, show_spinner=False)(call)
+
+    @functools.wraps(fn)
+    def wrapper(runs: Runs, *args: Any, **kwargs: Any) -> T:
+        return memo(_runs_key(runs), args, tuple(sorted(kwargs.items())), runs)
+
+    return wrapper
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def _tl(path: str, sig: tuple, lo: int, hi: int, color_by: str, _run: Run
-        ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    return (views.timeline_bars(_run.episodes(), lo, hi, color_by), views.timeline_marks(_run, lo, hi),
-            views.vitals_series(_run.steps(), lo, hi))
+frame: Callable[..., np.ndarray] = cached(run_pages.frame_for, max_entries=2048)
+"""``frame(run, step=None, episode=None)``: a frame (cached); raises FrameError or UnsafePath."""
 
 
-def timeline_data(run: Run, lo: int, hi: int, color_by: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Bars, marks and vitals of a step range (cached on the run's signature)."""
-    return _tl(str(run.path), run.signature, lo, hi, color_by, run)
+def _timeline_data(run: Run, lo: int, hi: int, color_by: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Bars, marks and vitals of a step range."""
+    return (run_pages.timeline_bars(run.episodes(), lo, hi, color_by), run_pages.timeline_marks(run, lo, hi),
+            run_pages.vitals_series(run.steps(), lo, hi))
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def _insp(path: str, sig: tuple, _run: Run) -> pd.DataFrame:
-    return views.inspections(_run.turns(), _run.episodes())
-
-
-def inspections(run: Run) -> pd.DataFrame:
-    return _insp(str(run.path), run.signature, run)
+timeline_data = cached(_timeline_data)
+inspections: Callable[[Run], pd.DataFrame] = cached(lambda run: run_pages.inspections(run.turns(), run.episodes()))
+"""The frame inspections of a run (cached)."""
 
 
 def show_problems(key: str, run: Run) -> None:
     """A collapsible warning listing a damaged run's problems with file:line."""
-    probs = views.problems_table(run)
+    probs = run_pages.problems_table(run)
     if not len(probs):
         return
     base = root()

@@ -1,6 +1,7 @@
 """Echo views of learner runs (``csd.jsonl`` and ``echo.jsonl``): unlock curves per
 configuration, the analogy graph (which task was induced from which exemplars, along which
-axes, and whether it worked), and the descriptors themselves. Plain functions, no Streamlit."""
+axes, and whether it worked), and the descriptors themselves. Plain functions returning data
+(the graph is drawn by ``dashboard.charts.analogy_figure``), no Streamlit."""
 from __future__ import annotations
 
 import json
@@ -8,15 +9,12 @@ from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
-import plotly.graph_objects as go
 
-from loaders import analysis_views as av
+from loaders import analysis_pages as ap
 from mfm.echo.csd import AXES, CSD
 from mfm.echo.library import CSD_FILE, CSDLibrary
 from mfm.echo.measure import LearnerRun, read_run
 from mfm.schema import Problem
-
-STATUS_COLORS = {"verified": "#1b9e77", "failed": "#d62728", "candidate": "#999999"}
 
 
 def has_csd(run_dir: Path) -> bool:
@@ -37,7 +35,7 @@ def unlock_bands(runs: Iterable[LearnerRun]) -> pd.DataFrame:
     after each Echo episode (column ``step`` holds the Echo episode, 1-based)."""
     series = [(r.config, r.seed, pd.DataFrame({"step": range(1, len(r.curve()) + 1), "unlocked": r.curve()}))
               for r in runs]
-    return av.seed_bands(series, "unlocked", points=200, hold=True)
+    return ap.seed_bands(series, "unlocked", points=200, hold=True)
 
 
 def learner_runs(paths: Iterable[Path]) -> tuple[list[LearnerRun], list[tuple[Path, Problem]]]:
@@ -73,10 +71,10 @@ def analogy_edges(csds: dict[str, CSD]) -> pd.DataFrame:
                                        "failures"])
 
 
-def analogy_figure(csds: dict[str, CSD], edges: pd.DataFrame) -> go.Figure:
-    """The analogy graph: exemplars on the left, each induced task one column right of its
-    latest exemplar; edges labelled with the axes that carried the analogy; node colour is
-    the task's status (verified, failed, candidate)."""
+def analogy_layout(csds: dict[str, CSD], edges: pd.DataFrame) -> pd.DataFrame:
+    """Where each task of the analogy graph goes: exemplars in column 0, each induced task one
+    column right of its latest exemplar (columns ``task``, ``x``, ``y``, and ``status``, the
+    task's status now: verified, failed or candidate)."""
     depth: dict[str, int] = {}
     sources = edges.groupby("target")["source"].apply(list).to_dict() if len(edges) else {}
 
@@ -90,33 +88,12 @@ def analogy_figure(csds: dict[str, CSD], edges: pd.DataFrame) -> go.Figure:
     names = list(dict.fromkeys(list(edges["source"]) + list(edges["target"]))) if len(edges) else []
     for n in names:
         level(n)
-    pos: dict[str, tuple[float, float]] = {}
+    rows = []
     for d in sorted(set(depth.values())):
-        col = sorted(n for n in names if depth[n] == d)
-        for i, n in enumerate(col):
-            pos[n] = (float(d), -float(i))
-    fig = go.Figure()
-    for r in edges.itertuples():
-        (x0, y0), (x1, y1) = pos[r.source], pos[r.target]
-        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
-                                 line=dict(color=STATUS_COLORS.get(r.status, "#999999"), width=1.2,
-                                           dash="solid" if r.role == "representative" else "dot")))
-        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=r.axes, showarrow=False, font=dict(size=9),
-                           bgcolor="rgba(255,255,255,0.7)")
-    for status, color in STATUS_COLORS.items():
-        ns = [n for n in names if (csds.get(f"task:{n}").status if csds.get(f"task:{n}") else "verified") == status]
-        if not ns:
-            continue
-        fig.add_trace(go.Scatter(
-            x=[pos[n][0] for n in ns], y=[pos[n][1] for n in ns], mode="markers+text", name=status,
-            text=ns, textposition="top center", marker=dict(size=14, color=color, line=dict(width=1, color="#333")),
-            customdata=ns, hovertemplate="%{customdata}<extra>" + status + "</extra>"))
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    fig.update_layout(height=max(320, 70 * max((sum(1 for n in names if depth[n] == d)
-                                                for d in set(depth.values())), default=1)),
-                      margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h"))
-    return fig
+        for i, n in enumerate(sorted(n for n in names if depth[n] == d)):
+            c = csds.get(f"task:{n}")
+            rows.append({"task": n, "x": float(d), "y": -float(i), "status": c.status if c else "verified"})
+    return pd.DataFrame(rows, columns=["task", "x", "y", "status"])
 
 
 def csd_table(csds: dict[str, CSD]) -> pd.DataFrame:

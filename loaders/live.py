@@ -7,12 +7,13 @@ modification time) are parsed again, and the DataFrames of the others are handed
 the new Run unchanged (the same objects).
 
 While a run's manifest says ``running`` it is read through :class:`LiveSource`: the tables
-are read and cross-checked as ``mfm.validate.read_run`` does, but the per-episode file
-checks of ``mfm validate`` (episode folders, frame strips, orphan folders) wait until the
-run has stopped, since an episode in flight is normal while the writer works. Once the
-manifest says anything else the run is opened the ordinary way, with every check.
-A running run's tables are not put in the derived table cache (``mfm.tablecache``): they
-change with every episode, and :class:`LiveSource` keeps its own parses in memory.
+are read (``loaders.cachedread.read_one_table_fast``) and cross-checked as
+``mfm.validate.read_run`` does, but the per-episode file checks of ``mfm validate``
+(episode folders, frame strips, orphan folders) wait until the run has stopped, since an
+episode in flight is normal while the writer works. Once the manifest says anything else
+the run is opened the ordinary way, with every check. A running run's tables are not put
+in the derived table cache (``loaders.tablecache``): they change with every episode, and
+:class:`LiveSource` keeps its own parses in memory.
 
 No Streamlit here; the dashboard keeps one :class:`LiveRuns` per server.
 """
@@ -25,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from weakref import WeakKeyDictionary
 
+from loaders.cachedread import read_one_table_fast
 from loaders.run import FILE_OF, TABLE_NAMES, Run, open_run, signature
 from loaders.sources import DirSource
 from mfm.schema import MANIFEST, TABLES, read_manifest
-from mfm.validate import RunContents, TableRead, read_one_table, read_run
+from mfm.validate import RunContents, TableRead, read_run
 
 Stat = tuple[int, int]
 """A file's (size in bytes, modification time in ns); (-1, 0) when it does not exist."""
@@ -79,7 +81,7 @@ class LiveSource(DirSource):
         if old is not None and old.stat == stat:
             return old.table
         self.parses[name] += 1
-        self._parsed[name] = Parsed(stat, read_one_table(path, name))
+        self._parsed[name] = Parsed(stat, read_one_table_fast(path, name))
         return self._parsed[name].table
 
     def contents(self) -> RunContents:

@@ -14,8 +14,9 @@ import numpy as np
 
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError, episode_frame, load_episode, observation
+from loaders import cachedread
 from mfm.schema import SCHEMA_VERSION, IndexRow, Problem, RunManifest
-from mfm.validate import RunContents, validate
+from mfm.validate import RunContents
 
 
 class Source(Protocol):
@@ -56,7 +57,7 @@ class DirSource:
         self.format = "mfm" if (path / "run.json").is_file() else "mfm-original"
 
     def contents(self) -> RunContents:
-        c = validate(self.path, cache=True)
+        c = cachedread.validate(self.path, cache=True)
         if self.format == "mfm-original" and c.tables:
             c.problems = [p for p in c.problems if p.file != "run.json"]
             c.problems.insert(0, Problem("run.json", 0, "missing: read as an original MFM run directory; "

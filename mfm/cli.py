@@ -1,4 +1,8 @@
-"""The ``mfm`` command line: validate runs, start the dashboard, run the agent."""
+"""The ``mfm`` command line: validate runs, start the dashboard, run the agent.
+
+The core install runs ``run``, ``sweep``, ``validate`` and ``echo``; the subcommands that
+read runs into tables or draw them import the loaders and the dashboard lazily, and say
+which extra they need when it is not installed (:data:`EXTRAS`)."""
 from __future__ import annotations
 
 import argparse
@@ -6,14 +10,32 @@ import dataclasses
 import os
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 from mfm.agent.config import ABLATIONS, METHODS, POLICIES
 
+EXTRAS = {"read": ("pandas", "duckdb", "pyarrow"),
+          "dashboard": ("pandas", "duckdb", "pyarrow", "streamlit", "plotly", "altair", "vl_convert"),
+          "llm": ("openai",)}
+"""The modules (import names) each extra of pyproject.toml installs, with those of the extras it includes."""
+
+
+def missing_extra(command: str, extra: str) -> bool:
+    """True, after one line on stderr naming the extra, if a module of ``extra`` is not installed."""
+    if all(find_spec(m) is not None for m in EXTRAS[extra]):
+        return False
+    print(f'mfm {command}: needs the {extra} extra: pip install "mfm[{extra}]"', file=sys.stderr)
+    return True
+
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Print every problem of each run with file:line; exit 1 if any is an error."""
-    from mfm.validate import validate
+    """Print every problem of each run with file:line; exit 1 if any is an error. Large clean
+    tables go through the fast path when the read extra is installed (the same output)."""
+    try:
+        from loaders.cachedread import validate
+    except ImportError:
+        from mfm.validate import validate
 
     worst = 0
     for run in args.runs:
@@ -31,6 +53,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """Start the Streamlit dashboard on a runs root."""
+    if missing_extra("dashboard", "dashboard"):
+        return 2
     app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
     if not app.is_file():
         import dashboard
@@ -41,15 +65,18 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"mfm dashboard: runs root {root} is not a folder", file=sys.stderr)
         return 2
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--", "--root", str(root)]
+           "--server.headless", "true", "--browser.gatherUsageStats", "false",
+           "--client.showErrorDetails", "type", "--", "--root", str(root)]
     env = dict(os.environ, MFM_RUNS_ROOT=str(root))
     return subprocess.call(cmd, env=env)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Convert a foreign run (or ours) into our run format, then validate what was written."""
+    if missing_extra("import", "read"):
+        return 2
+    from loaders.cachedread import validate
     from loaders.convert import import_runs
-    from mfm.validate import validate
 
     try:
         written = import_runs(Path(args.src), Path(args.dest))
@@ -71,6 +98,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the memory-driven Crafter agent and write a run directory."""
+    if args.policy == "llm" and missing_extra("run", "llm"):
+        return 2
     from mfm.agent.config import RunConfig
     from mfm.agent.runner import Runner, command_line
 
@@ -158,7 +187,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     """Print the comparison tables (milestones, retargeting, interaction, retrieval reach)."""
-    from mfm.agent.compare import report
+    if missing_extra("results", "read"):
+        return 2
+    from loaders.compare import report
 
     text = report(Path(args.root), task=args.task)
     print(text)
@@ -167,6 +198,8 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def cmd_figures(args: argparse.Namespace) -> int:
     """Write the standard paper figures (SVG, PDF, PNG and a JSON manifest each)."""
+    if missing_extra("figures", "dashboard"):
+        return 2
     from dashboard.figures import write_figures
 
     try:

@@ -91,9 +91,9 @@ def _check(name: str, kind: str, v: Any) -> Any:
         kind = kind[:-1]
     if kind == "int":
         if isinstance(v, bool) or not isinstance(v, int):
-            if isinstance(v, float) and v.is_integer():
-                return int(v)
-            raise SchemaError(f"{name} must be an integer, got {v!r}")
+            if not (isinstance(v, float) and v.is_integer()):
+                raise SchemaError(f"{name} must be an integer, got {v!r}")
+            v = int(v)
         if v < 0:
             raise SchemaError(f"{name} must not be negative, got {v}")
         return v

@@ -1,13 +1,12 @@
 """Check a run directory against the format spec; report each problem with file:line.
 
 :func:`read_run` is the one tolerant reading path: the loaders use it too, so the
-dashboard and ``mfm validate`` report the same problems for the same files.
+dashboard and ``mfm validate`` report the same problems for the same files. Pure Python
+(and numpy): the loaders plug their fast reader and their cache in through ``read`` and
+``files`` (``loaders.cachedread``).
 """
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -17,11 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 
-from mfm import fastread, tablecache
-from mfm.fastread import read_arrow
 from mfm.memory.agent_memory import apply_diff, sha256
 from mfm.boundary import UnsafePath, inside
 from mfm.memory.retrieval import FrameError, check_end_frame, decode_png, ends_in_strip
@@ -38,62 +33,13 @@ class RunContents:
     tables: dict[str, Sequence[Any]] = field(default_factory=dict)
     lines: dict[str, Sequence[int]] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
-    columns: dict[str, pd.DataFrame] = field(default_factory=dict)
-    """Tables read by the fast path, as columns (their records are built only if asked for)."""
+    columns: dict[str, Any] = field(default_factory=dict)
+    """Tables a fast reader read as columns (pandas DataFrames, from ``loaders.cachedread``);
+    their records are built only if asked for."""
 
     @property
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == "error"]
-
-
-FAST_TABLES = {"index.jsonl": (None, "id"), "steps.jsonl": ("step", None), "grid.jsonl": (None, None),
-               "turns.jsonl": (None, None)}
-"""Large tables worth the fast path: the column each must be ordered by, the column whose
-values must all differ (duplicate episode ids go to the tolerant reader, which reports them)."""
-
-
-class LazyRecords(Sequence):
-    """Records of a table read as columns; built the first time one is asked for."""
-
-    def __init__(self, df: pd.DataFrame, rtype: type) -> None:
-        self.df = df
-        self.rtype = rtype
-        self._rows: list | None = None
-
-    def __len__(self) -> int:
-        return len(self.df)
-
-    def _build(self) -> list:
-        if self._rows is None:
-            kinds = self.rtype.KINDS
-            cols = {c: self.df[c].tolist() for c in self.df.columns}
-            conv = {c: _converter(kinds[c]) for c in cols}
-            self._rows = [self.rtype(**{c: conv[c](cols[c][i]) for c in cols}) for i in range(len(self.df))]
-        return self._rows
-
-    def __getitem__(self, i):
-        return self._build()[i]
-
-    def __iter__(self):
-        return iter(self._build())
-
-
-def _converter(kind: str):
-    """Turn a column value back into the record's field value."""
-    base = kind.rstrip("?")
-
-    def missing(v: Any) -> bool:
-        return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
-
-    if base in ("dict", "counts"):
-        return lambda v: None if missing(v) else json.loads(v)
-    if base == "list":
-        return lambda v: None if missing(v) else tuple(json.loads(v))
-    if base in ("strs", "cell", "vec2"):
-        return lambda v: None if v is None else tuple(v.tolist() if hasattr(v, "tolist") else v)
-    if base == "int":
-        return lambda v: None if missing(v) else int(v)
-    return lambda v: None if missing(v) else v
 
 
 def looks_like_run(path: Path) -> bool:
@@ -104,96 +50,18 @@ def looks_like_run(path: Path) -> bool:
 @dataclass(frozen=True)
 class TableRead:
     """One table file read: its valid records, their line numbers and the problems found;
-    ``columns`` when the fast path read it (then there are no problems)."""
+    ``columns`` when a fast reader read it (then there are no problems)."""
 
     records: Sequence[Any]
     lines: Sequence[int]
     problems: tuple[Problem, ...]
-    columns: pd.DataFrame | None = None
+    columns: Any = None
 
 
 def read_one_table(path: Path, name: str) -> TableRead:
-    """One table file of a run: the fast one-pass reader when it can vouch for every line,
-    else the tolerant line-by-line reader."""
-    return _read_one(path, name)[0]
-
-
-def _read_one(path: Path, name: str) -> tuple[TableRead, pa.Table | None]:
-    """:func:`read_one_table`, and the Arrow table behind the columns (fast path only)."""
-    rtype = TABLES[name]
-    t = read_arrow(path, rtype, *FAST_TABLES[name]) if name in FAST_TABLES else None
-    if t is not None:
-        df = t.to_pandas()
-        return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df), t
-    rows, probs = read_table(path, rtype)
-    return TableRead([r for _, r in rows], [n for n, _ in rows], tuple(probs)), None
-
-
-CACHE_MIN_BYTES = 16 * 1024
-"""Smaller table files are read faster than a cache entry is checked; they are not cached."""
-
-
-def read_one_table_cached(path: Path, name: str) -> TableRead:
-    """:func:`read_one_table` through ``mfm.tablecache``: the same result, served from the
-    cache while the file's stat is unchanged. Tables the fast path vouched for are kept as
-    Arrow columns; tables read line by line as their records, line numbers and problems."""
-    st = tablecache.stamp(path)
-    if st is None or st[0] < CACHE_MIN_BYTES or tablecache.cache_dir() is None:
-        return read_one_table(path, name)
-    rtype = TABLES[name]
-    where = os.path.abspath(path)
-    key = [*st, name, fastread.MIN_BYTES]
-    hit = tablecache.load("table", where, key)
-    if hit is not None:
-        try:
-            return _decode_table(hit[0], hit[1], rtype)
-        except Exception:  # noqa: BLE001 - a bad entry is a miss, whatever is wrong with it
-            pass
-    read, arrow = _read_one(path, name)
-    if not tablecache.racy(st) and tablecache.stamp(path) == st:
-        try:
-            payload = tablecache.arrow_bytes(arrow) if arrow is not None else _encode_records(read, rtype)
-        except (TypeError, ValueError, pa.ArrowException):
-            return read
-        tablecache.store("table", where, key, "arrow" if arrow is not None else "json", payload)
-    return read
-
-
-_TUPLE_KINDS = ("strs", "list", "cell", "vec2")
-
-
-def _encode_records(t: TableRead, rtype: type) -> bytes:
-    """Records (exactly: ints, floats, key order, tuples), line numbers and problems as JSON."""
-    names = [f.name for f in dataclasses.fields(rtype)]
-    rows = [[n, *(list(v) if isinstance(v, tuple) else v for v in (getattr(r, f) for f in names))]
-            for n, r in zip(t.lines, t.records)]
-    return b'{"rows":' + json.dumps(rows, separators=(",", ":")).encode() + b',"problems":' + _problems_json(
-        t.problems) + b"}"
-
-
-def _decode_table(kind: str, payload: memoryview, rtype: type) -> TableRead:
-    names = [f.name for f in dataclasses.fields(rtype)]
-    if kind == "arrow":
-        t = tablecache.arrow_table(payload)
-        if t.column_names != names:
-            raise ValueError("columns differ")
-        df = t.to_pandas()
-        return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df)
-    if kind != "json":
-        raise ValueError(kind)
-    doc = json.loads(bytes(payload))
-    tuples = [i for i, n in enumerate(names) if rtype.KINDS[n].rstrip("?") in _TUPLE_KINDS]
-    records, lines = [], []
-    for row in doc["rows"]:
-        if len(row) != len(names) + 1:
-            raise ValueError("row length")
-        values = row[1:]
-        for i in tuples:
-            if values[i] is not None:
-                values[i] = tuple(values[i])
-        records.append(rtype(*values))
-        lines.append(int(row[0]))
-    return TableRead(records, lines, tuple(_problems(doc["problems"])))
+    """One table file of a run, read line by line by the tolerant reader."""
+    rows, probs = read_table(path, TABLES[name])
+    return TableRead([r for _, r in rows], [n for n, _ in rows], tuple(probs))
 
 
 def read_run(run_dir: Path, after_index: Callable[[RunContents], None] | None = None,
@@ -202,7 +70,7 @@ def read_run(run_dir: Path, after_index: Callable[[RunContents], None] | None = 
 
     ``after_index`` is called once the episode index is read and de-duplicated, before the
     other tables (so checks that need only the index can start early). ``read`` reads one
-    table file (a caller may serve unchanged files from its own cache)."""
+    table file (a caller may read large files faster or serve unchanged ones from a cache)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return RunContents(run_dir, None, problems=[Problem(str(run_dir), 0, "not a folder")])
@@ -287,42 +155,53 @@ def _check_memory_history(c: RunContents) -> None:
             broken.add(w.path)
 
 
-def validate(run_dir: Path, frames: bool = False, cache: bool = False) -> RunContents:
+EpisodeRef = tuple[int, str, str, str | None, int]
+"""(line in ``index.jsonl``, episode id, folder, observation image, frames) of an indexed episode."""
+
+
+class FileCheck:
+    """The file checks of one :func:`validate` call (:func:`_file_problems`), made before
+    the tables are read. :meth:`known` is asked once the index is read; if it has no answer,
+    :meth:`run` checks the files on a second thread. A subclass may keep them elsewhere (the
+    loaders' table cache: ``loaders.cachedread.CachedFileCheck``)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def known(self) -> list[Problem] | None:
+        """The problems, if known without looking at the files."""
+        return None
+
+    def run(self, refs: list[EpisodeRef]) -> list[Problem]:
+        return _file_problems(self.run_dir, refs)
+
+
+def validate(run_dir: Path, frames: bool = False, read: Callable[[Path, str], TableRead] = read_one_table,
+             files: Callable[[Path], FileCheck] = FileCheck) -> RunContents:
     """:func:`read_run` plus file checks: episode folders, frames, orphans, the manifest.
 
     The file checks (a few stat calls per episode) run on a second thread while the other
     tables are parsed; their problems follow the tables' problems, as if run after them.
 
-    ``cache``: serve unchanged tables and file checks from ``mfm.tablecache`` (the loaders
-    do; ``mfm validate`` does not: it reads and stats everything, every time). A cached file
-    check is reused while ``index.jsonl`` and the ``episodes/`` folder keep their stat, so
-    it cannot see a file deleted or added inside an episode folder after it was cached."""
+    ``read`` reads one table file (:func:`read_run`); ``files`` makes the file checks. The
+    defaults read and stat everything, every time (``mfm validate``); the loaders read large
+    files faster and serve unchanged ones from a cache (``loaders.cachedread.validate``)."""
     run_dir = Path(run_dir)
     checks: list[Future] = []
     pool = ThreadPoolExecutor(max_workers=1)
-    before = _files_key(run_dir) if cache else None
+    check = files(run_dir)
 
     def index_read(c: RunContents) -> None:
-        # the index just read is the one of this key only if its stat did not move meanwhile
-        key = before if before is not None and _files_key(run_dir) == before else None
-        if key is not None:
-            hit = tablecache.load("files", os.path.abspath(run_dir), key)
-            if hit is not None:
-                try:
-                    done: Future = Future()
-                    done.set_result(_problems(json.loads(bytes(hit[1]))))
-                except (ValueError, TypeError):
-                    pass
-                else:
-                    checks.append(done)
-                    return
-        refs = _episode_refs(c)
-        if key is not None and not all(path.rpartition("/")[0] == "episodes" for _, _, path, _, _ in refs):
-            key = None
-        checks.append(pool.submit(_file_problems_cached, run_dir, refs, key))
+        known = check.known()
+        if known is None:
+            checks.append(pool.submit(check.run, _episode_refs(c)))
+        else:
+            done: Future = Future()
+            done.set_result(known)
+            checks.append(done)
 
     try:
-        c = read_run(run_dir, after_index=index_read, read=read_one_table_cached if cache else read_one_table)
+        c = read_run(run_dir, after_index=index_read, read=read)
         if c.manifest is None and not c.tables:
             return c
         index: list[IndexRow] = c.tables["index.jsonl"]
@@ -330,8 +209,10 @@ def validate(run_dir: Path, frames: bool = False, cache: bool = False) -> RunCon
     finally:
         pool.shutdown(wait=True)
     if frames:
+        refused = {p.line for p in file_problems if p.message.endswith(OUTSIDE)}
         for n, r in zip(c.lines["index.jsonl"], index):
-            _check_frames(c, run_dir, n, r)
+            if n not in refused:
+                _check_frames(c, run_dir, n, r)
     c.problems += file_problems
     if c.manifest is not None:
         steps = c.tables["steps.jsonl"]
@@ -345,9 +226,8 @@ def validate(run_dir: Path, frames: bool = False, cache: bool = False) -> RunCon
     return c
 
 
-def _episode_refs(c: RunContents) -> list[tuple[int, str, str, str | None, int]]:
-    """(line, id, path, image, frames) of each indexed episode, from columns when the index
-    was read as columns (no records built)."""
+def _episode_refs(c: RunContents) -> list[EpisodeRef]:
+    """Each indexed episode, from columns when the index was read as columns (no records built)."""
     df = c.columns.get("index.jsonl")
     if df is not None:
         images = [v if isinstance(v, str) else None for v in df["image"].tolist()]
@@ -355,42 +235,18 @@ def _episode_refs(c: RunContents) -> list[tuple[int, str, str, str | None, int]]
     return [(n, r.id, r.path, r.image, r.frames) for n, r in zip(c.lines["index.jsonl"], c.tables["index.jsonl"])]
 
 
-def _files_key(run_dir: Path) -> list | None:
-    """What a cached file check depends on: the stat of the index and of ``episodes/``
-    (whose modification time changes when an episode folder is added, removed or renamed;
-    not when a file inside one is)."""
-    index, episodes = tablecache.stamp(run_dir / "index.jsonl"), tablecache.stamp(run_dir / "episodes")
-    if index is None or episodes is None or tablecache.cache_dir() is None:
-        return None
-    return [index, episodes]
+OUTSIDE = "leads outside the run (through a symlink), refused"
 
 
-def _file_problems_cached(run_dir: Path, refs: list[tuple[int, str, str, str | None, int]],
-                          key: list | None) -> list[Problem]:
-    """:func:`_file_problems`, kept in the cache under ``key`` (None: not kept) if nothing
-    it depends on changed while it ran."""
-    out = _file_problems(run_dir, refs)
-    if key is not None and _files_key(run_dir) == key and not any(tablecache.racy(k) for k in key):
-        tablecache.store("files", os.path.abspath(run_dir), key, "json", _problems_json(out))
-    return out
-
-
-def _problems_json(problems: Sequence[Problem]) -> bytes:
-    return json.dumps([[p.file, p.line, p.message, p.severity] for p in problems], separators=(",", ":")).encode()
-
-
-def _problems(items: list) -> list[Problem]:
-    """Problems from :func:`_problems_json`'s lists (raises on anything else)."""
-    return [Problem(str(f), int(n), str(m), str(s)) for f, n, m, s in items]
-
-
-def _file_problems(run_dir: Path, refs: list[tuple[int, str, str, str | None, int]]) -> list[Problem]:
+def _file_problems(run_dir: Path, refs: list[EpisodeRef]) -> list[Problem]:
     """Missing episode folders, record files and frame strips, files that lead outside the
     run through a symlink, and folders no index row names.
 
     One directory listing of ``episodes/`` and plain ``os.lstat`` calls on path strings (a
-    pathlib object per file costs more than the system call); only a symlink met on the way
-    is resolved (``mfm.boundary.inside``)."""
+    pathlib object per file costs more than the system call); a file or episode folder that
+    is a symlink is resolved (``mfm.boundary.inside``). A symlinked folder inside an episode
+    (``state/``, ``frames/``) is not looked for here: every read refuses what it leads to,
+    and ``--frames`` reports it."""
     out: list[Problem] = []
     root = str(run_dir) + os.sep
     try:
@@ -414,12 +270,6 @@ def _file_problems(run_dir: Path, refs: list[tuple[int, str, str, str | None, in
                 return "missing"
         return "file" if stat.S_ISREG(mode) else "other"
 
-    def linked_dir(rel: str) -> bool:
-        try:
-            return stat.S_ISLNK(os.lstat(root + rel).st_mode)
-        except (OSError, ValueError):
-            return False
-
     for n, ep, path, image, count in refs:
         indexed.add(path)
         parent, _, name = path.rpartition("/")
@@ -427,23 +277,18 @@ def _file_problems(run_dir: Path, refs: list[tuple[int, str, str, str | None, in
             out.append(Problem("index.jsonl", n, f"{ep}: episode folder {path} is missing"))
             continue
         folder_linked = entries.get(name, True) if parent == "episodes" else True
-        sub = {d: folder_linked or linked_dir(f"{path}/{d}") for d in ("state", "frames", "observation")}
         for rel in (f"{path}/action.json", f"{path}/outcome.json", f"{path}/state/state.json") + (
                 (image,) if image else ()):
-            linked = folder_linked or not rel.startswith(path + "/") or any(
-                v and rel.startswith(f"{path}/{d}/") for d, v in sub.items())
-            found = kind(rel, linked)
+            found = kind(rel, folder_linked or not rel.startswith(path + "/"))
             if found == "outside":
-                out.append(Problem("index.jsonl", n, f"{ep}: {_rel(run_dir, rel)} leads outside the run "
-                                                     "(through a symlink), refused"))
+                out.append(Problem("index.jsonl", n, f"{ep}: {_rel(run_dir, rel)} {OUTSIDE}"))
             elif found != "file":
                 out.append(Problem("index.jsonl", n, f"{ep}: {_rel(run_dir, rel)} is missing", "warning"))
         for k in range(-(-count // FRAMES_PER_CHUNK)):
             rel = frame_chunk(path, k * FRAMES_PER_CHUNK)[0]
-            found = kind(rel, sub["frames"])
+            found = kind(rel, folder_linked)
             if found == "outside":
-                out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} leads outside the "
-                                                     "run (through a symlink), refused"))
+                out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} {OUTSIDE}"))
             elif found != "file":
                 out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} is missing"))
     for name in sorted(entries):
@@ -487,8 +332,8 @@ def _decode(c: RunContents, run_dir: Path, rel: str, n: int) -> np.ndarray | Non
     the file is missing: the file checks report that) when it cannot be."""
     try:
         return decode_png(inside(run_dir, rel), rel)
-    except UnsafePath as e:
-        c.problems.append(Problem("index.jsonl", n, str(e)))
+    except UnsafePath:
+        c.problems.append(Problem("index.jsonl", n, f"{rel} {OUTSIDE}"))
     except FrameError as e:
         if not str(e).endswith(": missing"):
             c.problems.append(Problem(rel, 0, str(e).split(": ", 1)[-1]))

@@ -3,29 +3,29 @@ analogy graph of the focused run, and a viewer for its Context State Descriptors
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, safe_text, ui
 from loaders import echo
+from loaders.run import Run
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _learners(paths: tuple[str, ...], sigs: tuple) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    runs, problems = echo.learner_runs(Path(p) for p in paths)
-    keep = {str(r.path) for r in runs}
+@ui.cached
+def _learners(pool: list[tuple[str, Run]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Unlock bands of the learner runs, and the damaged lines of their echo.jsonl."""
+    runs, problems = echo.learner_runs(r.path for _, r in pool)
     return echo.unlock_bands(runs), pd.DataFrame(
         [{"run": safe_text.relative_paths(str(d), ui.root()), "where": f"{q.file}:{q.line}", "problem": q.message}
-         for d, q in problems]), \
-        [p for p in paths if p in keep]
+         for d, q in problems])
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def _library(path: str, sig: tuple) -> tuple[dict, pd.DataFrame, pd.DataFrame, list[str]]:
-    csds, problems = echo.read_csds(Path(path))
-    run, _ = echo.learner_runs([Path(path)])
+@ui.cached
+def _library(learner: Run) -> tuple[dict, pd.DataFrame, pd.DataFrame, list[str]]:
+    """A learner run's descriptors, analogy edges, Echo episodes and damaged CSD lines."""
+    csds, problems = echo.read_csds(learner.path)
+    run, _ = echo.learner_runs([learner.path])
     attempts = echo.attempts_table(run[0]) if run else pd.DataFrame()
     return csds, echo.analogy_edges(csds), attempts, [f"{q.file}:{q.line}: {q.message}" for q in problems]
 
@@ -45,7 +45,7 @@ if not pool:
     st.info("No learner run (with csd.jsonl) is open or under the runs root. Make some with `mfm echo run`.")
     st.stop()
 
-bands, problems, _ = _learners(tuple(str(r.path) for _, r in pool), tuple(r.signature for _, r in pool))
+bands, problems = _learners(pool)
 st.subheader("Unlock curve per configuration")
 st.caption("Distinct achievements unlocked after each Echo episode: the line is the mean over seeds, the band "
            "spans the seeds.")
@@ -60,13 +60,9 @@ if len(problems):
         st.dataframe(problems, hide_index=True, width="stretch")
 
 keys = [k for k, _ in pool]
-want = ui.qp("run")
-key = want if want in keys else keys[0]
-ui.init_widget("w_echo_run", key)
-key = st.selectbox("Learner run", keys, key="w_echo_run",
-                   on_change=lambda: ui.set_qp(run=st.session_state["w_echo_run"]))
+key = st.selectbox("Learner run", keys, **ui.bound("w_echo_run", "run", keys[0], lambda v: v if v in keys else None))
 run = dict(pool)[key]
-csds, edges, attempts, csd_problems = _library(str(run.path), run.signature)
+csds, edges, attempts, csd_problems = _library(run)
 for p in csd_problems:
     st.warning(f"{ui.md_code(key)}: {ui.md(p)}")
 
@@ -75,7 +71,8 @@ st.caption("Each induced task (right) is linked to the representative task it wa
            "the exemplar sharing the substituted value (dotted, labelled with its per-axis similarity). Colour: "
            "verified, failed or still a candidate.")
 if len(edges):
-    st.plotly_chart(echo.analogy_figure(csds, edges), width="stretch", key="echo_graph")
+    st.plotly_chart(charts.analogy_figure(echo.analogy_layout(csds, edges), edges), width="stretch",
+                    key="echo_graph")
     st.dataframe(edges, hide_index=True, width="stretch", key="echo_edges")
 else:
     st.info("This run induced no task (passive retrieval, or nothing verified yet).")
@@ -90,11 +87,10 @@ if not len(table):
     st.info("This run's CSD library is empty.")
     st.stop()
 ids = list(table["id"])
-pick = ui.qp("csd")
-ui.init_widget("w_csd", pick if pick in ids else ids[0])
+csd_widget = ui.bound("w_csd", "csd", ids[0], lambda v: v if v in ids else None)
 if st.session_state["w_csd"] not in ids:
     st.session_state["w_csd"] = ids[0]
-pick = st.selectbox("Descriptor", ids, key="w_csd", on_change=lambda: ui.set_qp(csd=st.session_state["w_csd"]))
+pick = st.selectbox("Descriptor", ids, **csd_widget)
 st.dataframe(table, hide_index=True, width="stretch", key="echo_csds")
 c = csds[pick]
 st.markdown(f"**{ui.md(c.task)}** · {ui.md(c.status)} · {c.successes} success(es), {c.failures} failure(s)")

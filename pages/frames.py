@@ -11,7 +11,8 @@ from PIL import Image
 from dashboard import charts, ui
 from dashboard.core import MAX_FRAMES, FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_int, \
     resolve_run_key, split_list
-from loaders import views
+from loaders import run_pages
+from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError, compare, crop, difference, enlarge
 
 runs, focus = ui.sidebar(("frames", "tiles", "diff", "region", "cell"))
@@ -47,7 +48,7 @@ for ref in refs:
     try:
         r = _run_of(ref)
         img = ui.frame(r, step=ref.step, episode=ref.episode)
-    except views.UnsafePath as e:
+    except UnsafePath as e:
         st.error(f"Refused frame {ui.md(ref, 80)}: {ui.md(e)}", icon="🚫")
         continue
     except FrameError as e:
@@ -56,7 +57,7 @@ for ref in refs:
     title = ref.label if len({x.run for x in refs}) > 1 else (
         f"{ref.episode} (end)" if ref.episode else f"step {ref.step}")
     if ref.step is not None:
-        sr = views.step_row(r, ref.step)
+        sr = run_pages.step_row(r, ref.step)
         if sr:
             sep = "<br>" if len(refs) > 2 or len({x.run for x in refs}) > 1 else " · "
             title += f"{sep}life {sr['life']} · {sr['action']} · ({sr['x']:g}, {sr['y']:g})"
@@ -67,7 +68,7 @@ tab_step, tab_ep, tab_insp, tab_place = st.tabs(["By step", "By episode", "From 
 with tab_step:
     c1, c2, c3 = st.columns([3, 2, 2])
     src = c1.selectbox("Run", open_keys, index=open_keys.index(key), key="w_step_run")
-    lo, hi = views.step_bounds(by_key[src])
+    lo, hi = run_pages.step_bounds(by_key[src])
     s = c2.number_input("Env step", min_value=lo, max_value=max(lo, hi), value=min(max(lo, hi), max(lo, 1)),
                         key="w_step_n")
     c3.write("")
@@ -106,7 +107,7 @@ with tab_place:
     y = c2.number_input("Cell y", value=cell[1] if cell else 32, step=1, key="w_cell_y")
     parts = []
     for k, r in runs:
-        f = views.frames_at_cell(r.steps(), int(x), int(y))
+        f = run_pages.frames_at_cell(r.steps(), int(x), int(y))
         if len(f):
             parts.append(f.assign(run=k))
     here = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["step", "life", "episode", "run"])
@@ -148,15 +149,16 @@ if len(loaded) == 2 and len(ins) and loaded[0][0].run == loaded[1][0].run == key
                     f"({ui.md(row['label'])}).")
             titles = ["retrieved: " + titles[0], "agent's view: " + titles[1]]
             break
-t = views.tile_size(frames[0])
+t = run_pages.tile_size(frames[0])
 opt = st.columns([1.3, 1.3, 3, 3])
-tiles_q, diff_q = ui.qp("tiles") == "1", ui.qp("diff") == "1"
-ui.init_widget("w_tiles", tiles_q)
-ui.init_widget("w_diff", diff_q)
-opt[0].toggle("Tile grid", key="w_tiles",
-              on_change=lambda: ui.set_qp(tiles="1" if st.session_state["w_tiles"] else None),
+
+def _flag(v: str) -> bool:
+    return v == "1"
+
+
+opt[0].toggle("Tile grid", **ui.bound("w_tiles", "tiles", False, _flag, lambda _: "1"),
               help=f"Crafter tiles are {t} px here (width // 9); the yellow line closes the 9x7 map.")
-opt[1].toggle("Pixel diff", key="w_diff", on_change=lambda: ui.set_qp(diff="1" if st.session_state["w_diff"] else None),
+opt[1].toggle("Pixel diff", **ui.bound("w_diff", "diff", False, _flag, lambda _: "1"),
               help="Second row: pixels differing from the first frame in magenta.")
 reg = [parse_int(v) for v in split_list(ui.qp("region"))]
 reg = reg if len(reg) == 4 and None not in reg else [0, 0, 9, 9]
@@ -188,7 +190,7 @@ if st.session_state["w_diff"] and len(frames) > 1:
     diffs = []
     for f, tt in zip(frames[1:], titles[1:]):
         if f.shape == frames[0].shape:
-            diffs.append((difference(frames[0], f), f"{views.difference_count(frames[0], f)} px differ from frame 1"))
+            diffs.append((difference(frames[0], f), f"{run_pages.difference_count(frames[0], f)} px differ from frame 1"))
         else:
             diffs.append((np.zeros_like(f), "size differs from frame 1"))
 fig = charts.frames_figure(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
@@ -224,7 +226,7 @@ if len(frames) >= 2:
     if frames[ia].shape != frames[ib].shape:
         st.warning("A and B differ in size; the wipe needs frames of the same size.")
     else:
-        w = views.wipe(crop(frames[ia], region), crop(frames[ib], region), pos / 100)
+        w = run_pages.wipe(crop(frames[ia], region), crop(frames[ib], region), pos / 100)
         big = enlarge(w, max(1, min(factor * len(frames), 1100 // w.shape[1])))
         st.image(big, width=big.shape[1],
                  caption=f"A = {ui.md(plain[ia])} | B = {ui.md(plain[ib])}; yellow line at {pos}%")

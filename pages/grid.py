@@ -5,9 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, figures, ui
-from dashboard.core import parse_cell, parse_range, split_list
+from dashboard.core import clamp_range, format_range, parse_cell, split_list
 from dashboard.theme import CELL_KIND_COLORS
-from loaders import views
+from loaders import run_pages
 from mfm.schema import GRID_KINDS
 
 _, focus = ui.sidebar(("cell", "range", "kinds", "life"))
@@ -28,40 +28,16 @@ if plane == "z":
     band = st.slider("Height y (blocks)", lo_h, max(hi_h, lo_h + 1), (lo_h, max(hi_h, lo_h + 1)),
                      help="This run is 3-D: the map shows the horizontal plane (x, z); keep cells and episodes "
                           "whose height y lies in this band.")
-    grid_rows = views.height_band(grid_rows, band).assign(y=lambda d: d["z"]) if len(grid_rows) else grid_rows
-    eps = views.height_band(eps, band).assign(y=lambda d: d["z"]) if len(eps) else eps
+    grid_rows = run_pages.height_band(grid_rows, band).assign(y=lambda d: d["z"]) if len(grid_rows) else grid_rows
+    eps = run_pages.height_band(eps, band).assign(y=lambda d: d["z"]) if len(eps) else eps
     steps = steps.iloc[0:0]
-first, last = views.step_bounds(run)
-rng = parse_range(ui.qp("range")) or (first, last)
-rng = (max(first, min(rng[0], last)), min(last, max(rng[1], first)))
-if rng[0] >= rng[1]:
-    rng = (first, last)
-kinds_q = [k for k in split_list(ui.qp("kinds")) if k in GRID_KINDS] or list(GRID_KINDS)
-ui.init_widget("w_grid_range", rng)
-if ui.qp("range") is None:
-    st.session_state["w_grid_range"] = (first, last)
-ui.init_widget("w_kinds", kinds_q)
-
-
-def _on_filter() -> None:
-    lo_, hi_ = st.session_state["w_grid_range"]
-    ks = st.session_state["w_kinds"]
-    ui.set_qp(range=None if (lo_, hi_) == (first, last) else f"{lo_}-{hi_}",
-              kinds=None if set(ks) == set(GRID_KINDS) else ",".join(ks))
-
-
+first, last = run_pages.step_bounds(run)
+range_widget = ui.bound("w_grid_range", "range", (first, last), lambda v: clamp_range(v, first, last),
+                        format_range, sync=True)
 all_lives = sorted({int(v) for df in (grid_rows, eps, steps) if len(df) for v in df["life"].dropna()})
-life_q = ui.qp("life")
-ui.init_widget("w_life", int(life_q) if life_q and life_q.isdigit() and int(life_q) in all_lives else None)
-
-
-def _on_life() -> None:
-    v = st.session_state["w_life"]
-    ui.set_qp(life=None if v is None else v)
-
-
 c1, c2, c4, c3 = st.columns([3, 3, 1.4, 1.6])
-c4.selectbox("Life", all_lives, key="w_life", on_change=_on_life, placeholder="all lives",
+c4.selectbox("Life", all_lives, placeholder="all lives",
+             **ui.bound("w_life", "life", None, lambda v: life if (life := int(v)) in all_lives else None),
              format_func=lambda v: f"life {v}", help="Show one life only (empty: all lives).")
 life = st.session_state["w_life"]
 if life is not None:
@@ -69,17 +45,18 @@ if life is not None:
     eps = eps[eps["life"] == life] if len(eps) else eps
     steps = steps[steps["life"] == life] if len(steps) else steps
 if last > first:
-    c1.slider("Step range", min_value=first, max_value=last, key="w_grid_range", on_change=_on_filter)
-c2.multiselect("Cell kinds", list(GRID_KINDS), key="w_kinds", on_change=_on_filter,
-               format_func=lambda k: f"{k}")
+    c1.slider("Step range", min_value=first, max_value=last, **range_widget)
+c2.multiselect("Cell kinds", list(GRID_KINDS), format_func=lambda k: f"{k}",
+               **ui.bound("w_kinds", "kinds", list(GRID_KINDS),
+                          lambda v: [k for k in split_list(v) if k in GRID_KINDS] or None, ",".join))
 show_paths = c3.toggle("Paths", value=True, key="w_paths")
 show_eps = c3.toggle("Episode positions", value=True, key="w_eps")
 lo, hi = st.session_state["w_grid_range"] if last > first else (first, last)
 kinds = st.session_state["w_kinds"]
 
 cell = parse_cell(ui.qp("cell"))
-cells = views.grid_cells(grid_rows, lo, hi, kinds)
-paths = views.trajectories(steps, lo, hi) if show_paths else pd.DataFrame(columns=["life", "step", "x", "y"])
+cells = run_pages.grid_cells(grid_rows, lo, hi, kinds)
+paths = run_pages.trajectories(steps, lo, hi) if show_paths else pd.DataFrame(columns=["life", "step", "x", "y"])
 pos = eps[(eps["last_step"] >= lo) & (eps["first_step"] <= hi) & eps["x"].notna() & eps["y"].notna()] \
     if show_eps and len(eps) else pd.DataFrame(columns=["id", "x", "y", "life", "summary"])
 lv = run.lives()
@@ -87,7 +64,7 @@ if life is not None and len(lv):
     lv = lv[lv["life"] == life]
 deaths = lv[(lv["event"] == "death") & (lv["step"] >= lo) & (lv["step"] <= hi) & lv["x"].notna()] \
     if len(lv) and plane == "y" else pd.DataFrame(columns=["x", "y", "step", "cause"])
-extent = views.grid_extent(grid_rows, steps, eps)
+extent = run_pages.grid_extent(grid_rows, steps, eps)
 fig = charts.grid_figure(cells, paths, pos, deaths, extent, cell, plane)
 
 
@@ -126,8 +103,8 @@ if cell is None:
 x, y = cell
 rows = grid_rows
 rows = rows[(rows["x"] == x) & (rows["y"] == y)] if len(rows) else rows
-here = views.episodes_at_cell(run, x, y, plane)
-frames_here = views.frames_at_cell(steps, x, y)
+here = run_pages.episodes_at_cell(run, x, y, plane)
+frames_here = run_pages.frames_at_cell(steps, x, y)
 st.markdown(f"**({x}, {y})**: {len(rows)} grid record(s), {len(here)} episode(s), {len(frames_here)} frame(s) "
             "taken standing here.")
 if len(rows):

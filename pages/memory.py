@@ -12,15 +12,10 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import safe_text, ui
-from dashboard.core import parse_int, parse_range
-from loaders import analysis_views as av
-from loaders import views
+from dashboard.core import clamp_range, format_range
+from loaders import analysis_pages as ap
+from loaders import run_pages
 
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def _provenance(path: str, sig: tuple, file: str, asof: int, _run: object) -> pd.DataFrame:
-    """Per-line provenance of a file as of a step (cached on the run's signature)."""
-    return av.memory_provenance(_run, file, asof)
 
 _, focus = ui.sidebar(("file", "asof", "diff"))
 key, run = ui.need_run(focus)
@@ -28,7 +23,7 @@ st.title("Memory")
 st.caption(f"{ui.md_code(key)} · the agent's own files (`mine/`), rebuilt from the write log as they stood at any env "
            "step. Markdown is rendered without raw HTML or images; procedures are shown as text and never run.")
 ui.show_problems(key, run)
-paths = av.memory_paths(run)
+paths = ap.memory_paths(run)
 if not paths:
     st.info("This run wrote no memory file (methods without a file memory write none).")
     st.stop()
@@ -43,15 +38,12 @@ st.selectbox("File", paths, key="w_mem_file", on_change=lambda: ui.set_qp(file=s
 path = st.session_state["w_mem_file"]
 if ui.qp("file") != path:
     ui.set_qp(file=path)
-written = av.memory_steps(run, path)
-_, last = views.step_bounds(run)
+written = ap.memory_steps(run, path)
+_, last = run_pages.step_bounds(run)
 lo_s, hi_s = written[0], max(last, written[-1])
-asof = parse_int(ui.qp("asof"))
-asof = hi_s if asof is None else max(lo_s, min(hi_s, asof))
-st.session_state["w_mem_asof"] = asof
+asof_widget = ui.bound("w_mem_asof", "asof", hi_s, lambda v: max(lo_s, min(hi_s, int(v))), sync=True)
 if hi_s > lo_s:
-    st.slider("As of env step", lo_s, hi_s, key="w_mem_asof",
-              on_change=lambda: ui.set_qp(asof=st.session_state["w_mem_asof"]),
+    st.slider("As of env step", lo_s, hi_s, **asof_widget,
               help=f"{len(written)} write(s) to this file, at steps {', '.join(map(str, written[:12]))}"
                    + (" …" if len(written) > 12 else ""))
 asof = int(st.session_state["w_mem_asof"])
@@ -75,7 +67,7 @@ with tab_view:
         st.code(text, language="json" if path.endswith(".json") else None)
 
 with tab_prov:
-    prov = _provenance(str(run.path), run.signature, path, asof, run)
+    prov = ui.cached(ap.memory_provenance)(run, path, asof)
     removed = int(prov["removed_at"].notna().sum()) if len(prov) else 0
     contra = int(prov["contradicted_at"].notna().sum()) if len(prov) else 0
     st.caption(f"{len(prov)} line(s); {removed} of them removed or rewritten by a later write (column "
@@ -111,13 +103,11 @@ with tab_diff:
         st.info("Only one version of this file.")
     else:
         before = [s for s in written if s < asof]
-        rng = parse_range(ui.qp("diff")) or (before[-1] if before else lo_s, asof)
-        rng = (max(lo_s, min(hi_s, rng[0])), max(lo_s, min(hi_s, rng[1])))
-        st.session_state["w_mem_diff"] = rng
-        st.slider("Compare steps", lo_s, max(hi_s, lo_s + 1), key="w_mem_diff",
-                  on_change=lambda: ui.set_qp(diff="{}-{}".format(*st.session_state["w_mem_diff"])))
+        st.slider("Compare steps", lo_s, max(hi_s, lo_s + 1),
+                  **ui.bound("w_mem_diff", "diff", (before[-1] if before else lo_s, asof),
+                             lambda v: clamp_range(v, lo_s, hi_s), format_range, sync=True))
         a, b = st.session_state["w_mem_diff"]
-        diff = av.memory_diff(run, path, int(a), int(b))
+        diff = ap.memory_diff(run, path, int(a), int(b))
         if diff:
             st.code(diff, language="diff")
         else:

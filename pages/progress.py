@@ -2,26 +2,24 @@
 seeds, and how far back retrieval reaches."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, figures, ui
-from loaders import analysis
-from loaders import analysis_views as av
-from loaders import views
+from loaders import paper_measures
+from loaders import analysis_pages as ap
+from loaders import run_pages
+from loaders.run import Run
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _progress(keys: tuple[str, ...], paths: tuple[str, ...], sigs: tuple
-              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    runs = [ui.get_run(Path(p)) for p in paths]
-    bands = av.seed_bands([(av.method_of(r), av.seed_of(r), av.milestone_curve(r)) for r in runs], "milestones",
+@ui.cached
+def _progress(runs: list[tuple[str, Run]]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Milestone bands, the per-method summary, the reach table and first-reached steps."""
+    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.milestone_curve(r)) for _, r in runs], "milestones",
                           points=400, hold=True)
-    ms = av.measures(list(zip(keys, runs)))
-    firsts = views.milestone_steps(runs, ui.root())
-    return bands, av.milestone_summary(ms), analysis.reach_table(ms), firsts
+    ms = ap.measures(runs)
+    firsts = run_pages.milestone_steps([r for _, r in runs], ui.root())
+    return bands, ap.milestone_summary(ms), paper_measures.reach_table(ms), firsts
 
 
 runs, _ = ui.sidebar(())
@@ -30,8 +28,7 @@ if not runs:
 st.title("Progress")
 st.caption("Milestones reached against env step: one line per method (the mean over its seeds), the band spans "
            "its seeds. A finished run keeps its final count.")
-bands, table, reach, firsts = _progress(tuple(k for k, _ in runs), tuple(str(r.path) for _, r in runs),
-                                        tuple(r.signature for _, r in runs))
+bands, table, reach, firsts = _progress(runs)
 st.plotly_chart(charts.band_figure(bands, "milestones reached"), width="stretch", key="progress_chart")
 ui.figure_downloads(lambda: figures.progress_figure(runs), "progress", "double")
 st.subheader("Milestones per method (mean ± std over seeds)")

@@ -7,33 +7,33 @@ browser never gets more than ~1,500 nodes.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, figures, ui
-from dashboard.core import parse_range
+from dashboard.core import clamp_range, format_range
 from loaders import provenance as pv
-from loaders import views
+from loaders import run_pages
+from loaders.run import Run
+from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
 STRIPS = 4  # linked episodes shown with a frame strip under a picked node (the others are listed)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def _graph(path: str, sig: tuple) -> pv.Graph:
-    return pv.build_graph(ui.get_run(Path(path)))
+_graph = ui.cached(pv.build_graph, max_entries=16)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def _view(path: str, sig: tuple, lo: int, hi: int) -> pv.Graph:
-    return pv.view(_graph(path, sig), lo, hi)
+@ui.cached
+def _view(run: Run, lo: int, hi: int) -> pv.Graph:
+    """The graph of memory written in steps lo..hi."""
+    return pv.view(_graph(run), lo, hi)
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
-def _detail(path: str, sig: tuple, node_id: str) -> pv.NodeDetail | None:
-    return pv.node_detail(ui.get_run(Path(path)), _graph(path, sig), node_id)
+@ui.cached
+def _detail(run: Run, node_id: str) -> pv.NodeDetail | None:
+    """What the page shows of one node."""
+    return pv.node_detail(run, _graph(run), node_id)
 
 
 _, focus = ui.sidebar(("node", "range"))
@@ -44,7 +44,7 @@ st.caption(f"{ui.md_code(key)} · what the agent wrote into its own memory (`min
            "episodes it cites (grey), to the version it revises (dotted), to the episodes that disabled a "
            "procedure (red) and to the episodes a procedure ran in (green). Time runs downwards; click a node.")
 ui.show_problems(key, run)
-full = _graph(str(run.path), run.signature)
+full = _graph(run)
 if not full.nodes:
     st.info("This run wrote no memory file (methods without a file memory write none).")
     st.stop()
@@ -53,22 +53,13 @@ if full.problems:
         st.warning("\n".join(f"- {ui.md(p)}" for p in full.problems[:50]))
 
 steps = [n.step for n in full.nodes]
-first, last = min(steps), max(max(steps), views.step_bounds(run)[1])
-rng = parse_range(ui.qp("range")) or (first, last)
-rng = (max(first, min(rng[0], last)), min(last, max(rng[1], first)))
-st.session_state["w_prov_range"] = rng
-
-
-def _on_range() -> None:
-    lo_, hi_ = st.session_state["w_prov_range"]
-    ui.set_qp(range=None if (lo_, hi_) == (first, last) else f"{lo_}-{hi_}")
-
-
+first, last = min(steps), max(max(steps), run_pages.step_bounds(run)[1])
+range_widget = ui.bound("w_prov_range", "range", (first, last), lambda v: clamp_range(v, first, last),
+                        format_range, sync=True)
 if last > first:
-    st.slider("Step range (memory written in)", min_value=first, max_value=last, key="w_prov_range",
-              on_change=_on_range)
+    st.slider("Step range (memory written in)", min_value=first, max_value=last, **range_widget)
 lo, hi = st.session_state["w_prov_range"]
-g = _view(str(run.path), run.signature, int(lo), int(hi))
+g = _view(run, int(lo), int(hi))
 kinds = g.nodes_frame()["kind"].value_counts() if g.nodes else pd.Series(dtype=int)
 st.caption(f"Steps {lo}–{hi}: {g.total} node(s); drawn: {len(g.nodes)} "
            f"({', '.join(f'{v} {k}' for k, v in kinds.items())}) and {len(g.edges)} edge(s).")
@@ -108,13 +99,10 @@ if node_id and node_id not in labels:
     options = [node_id, *options]
 
 
-def _on_node() -> None:
-    ui.set_qp(node=st.session_state["w_prov_node"])
-
-
-st.session_state["w_prov_node"] = node_id if node_id in options else None
-st.selectbox("Node", options, key="w_prov_node", on_change=_on_node, format_func=lambda i: labels.get(i, i),
-             placeholder="Pick a node (or click one in the graph)")
+st.selectbox("Node", options, format_func=lambda i: labels.get(i, i),
+             placeholder="Pick a node (or click one in the graph)",
+             **ui.bound("w_prov_node", "node", None, lambda v: v if v == node_id and v in options else None,
+                        sync=True))
 if not node_id:
     st.stop()
 
@@ -128,7 +116,7 @@ if picked.aggregate:
                  on_change=lambda: ui.set_qp(node=st.session_state["w_prov_member"]))
     st.stop()
 
-d = _detail(str(run.path), run.signature, node_id)
+d = _detail(run, node_id)
 n = d.node
 flag = " · **disabled**" if n.disabled else ""
 ended = f" · removed at step {n.ended}" if n.ended is not None else ""
@@ -142,10 +130,10 @@ def _frames(eps: pd.DataFrame) -> None:
                     f"steps {r.first_step}–{r.last_step} · {ui.md(r.summary)}")
         if r.frames:
             try:
-                strip = views.frame_strip(run, r.id, max_frames=8)
-                thumbs = [views.upscale(f, 96) for _, f in strip]
+                strip = run_pages.frame_strip(run, r.id, max_frames=8)
+                thumbs = [run_pages.upscale(f, 96) for _, f in strip]
                 st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip])
-            except (FrameError, views.UnsafePath) as e:
+            except (FrameError, UnsafePath) as e:
                 st.error(f"Frames of {ui.md(r.id)} cannot be shown: {ui.md(e)}")
         elif r.image:
             st.caption("No per-step frames; the end observation is in Timeline.")

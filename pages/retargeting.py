@@ -1,31 +1,19 @@
 """Retargeting: the A.4 inspection statistics over the open runs, and an audit of each retarget turn."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, figures, ui
 from dashboard.core import parse_int
-from loaders import analysis_views as av
-from loaders import views
-from loaders.analysis import RADIUS
-from loaders.views import UnsafePath
+from loaders import analysis_pages as ap
+from loaders import run_pages
+from loaders.paper_measures import RADIUS
+from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
 RATES = {"inspect_rate": "retarget rate, inspecting turns", "other_rate": "retarget rate, other turns",
          "near_rate": "share of new targets near", "null_rate": "null rate (random earlier episodes)"}
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def _tables(keys: tuple[str, ...], paths: tuple[str, ...], sigs: tuple) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return av.retarget_tables([(k, ui.get_run(Path(p))) for k, p in zip(keys, paths)])
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def _turns(path: str, sig: tuple) -> pd.DataFrame:
-    return av.retarget_turns(ui.get_run(Path(path)))
 
 
 def _config() -> dict:
@@ -45,8 +33,7 @@ st.caption(f"Paper §A.4 over the open runs. A turn *retargets* when it names a 
            f"its running plan; a new target of an inspecting turn is *near* when it lies within {RADIUS:g} cells of "
            "the recorded position of an episode whose frames the turn inspected. The *null rate* is the chance of "
            "that with the inspected episodes replaced by as many random earlier episodes (exact).")
-per_run, per_method = _tables(tuple(k for k, _ in runs), tuple(str(r.path) for _, r in runs),
-                              tuple(r.signature for _, r in runs))
+per_run, per_method = ui.cached(ap.retarget_tables)(runs)
 st.subheader("Per method, pooled over seeds")
 st.dataframe(per_method, hide_index=True, width="stretch", column_config=_config(), key="rt_methods")
 with st.expander(f"Per run ({len(per_run)})", expanded=len(per_run) <= 4):
@@ -55,7 +42,7 @@ with st.expander(f"Per run ({len(per_run)})", expanded=len(per_run) <= 4):
 ui.figure_downloads(lambda: figures.retargeting_figure(runs), "retargeting", "single")
 st.subheader(f"Retarget audit · {ui.md_code(key)}")
 ui.show_problems(key, run)
-table = _turns(str(run.path), run.signature)
+table = ui.cached(ap.retarget_turns)(run)
 if not len(table):
     st.info("This run has no retarget turn (no go_to/look_at target outside its plan).")
     st.stop()
@@ -85,7 +72,7 @@ st.selectbox("Retarget turn", choices, key="w_rt_turn", format_func=lambda t: la
 turn = int(st.session_state["w_rt_turn"])
 if ui.qp("turn") != str(turn):
     ui.set_qp(turn=turn)
-audit = av.retarget_audit(run, turn)
+audit = ap.retarget_audit(run, turn)
 if audit is None:
     st.error(f"Turn {turn} is not in {ui.md_code(key)}.")
     st.stop()
@@ -135,7 +122,7 @@ cols = st.columns(len(refs))
 for col, (caption, step, ep) in zip(cols, refs):
     try:
         img = ui.frame(run, step=step, episode=ep)
-        col.image(views.upscale(img), caption=ui.md(caption))
+        col.image(run_pages.upscale(img), caption=ui.md(caption))
     except (FrameError, UnsafePath, KeyError) as e:
         col.warning(f"{ui.md(caption)}: {ui.md(e)}")
 frames_q = ",".join(f"{key}:{ep if ep else step}" for _, step, ep in refs)

@@ -6,7 +6,7 @@ import streamlit as st
 from dashboard import charts, ui
 from dashboard.core import run_key, split_list
 from dashboard.theme import STATUS_LABELS
-from loaders import views
+from loaders import run_pages
 
 runs_open, _ = ui.sidebar()
 root = ui.root()
@@ -27,7 +27,7 @@ if not runs:
 AUTO_CHECK = 12
 check = len(runs) <= AUTO_CHECK or st.session_state.get("w_check_all", False)
 with st.spinner(f"Reading {len(runs)} run(s)" + (" and checking them for damage…" if check else "…")):
-    overview = views.runs_overview(runs, root, check=check)
+    overview = run_pages.runs_overview(runs, root, check=check)
 by_key = {run_key(root, r.path): r for r in runs}
 keys = list(overview["key"])
 
@@ -40,7 +40,7 @@ follow = live and st.toggle("Follow running runs (refresh every 10 s)", value=Tr
 def _table() -> None:
     """The runs table; refreshed on a timer while a run is being written."""
     fresh = ui.all_runs() if follow else runs
-    ov = views.runs_overview(fresh, root, check=check)
+    ov = run_pages.runs_overview(fresh, root, check=check)
     table = ov.assign(status=ov["status"].map(lambda s: STATUS_LABELS.get(s, s)),
                       progress=ov["milestones_reached"] / ov["milestones_total"].clip(lower=1),
                       open=ov["key"].isin([k for k, _ in runs_open]))
@@ -112,10 +112,10 @@ if len(tasks) > 1:
     task = st.radio("Task", tasks, horizontal=True, key="w_ms_task", format_func=ui.md,
                     help="Milestones are compared within one task (each task has its own list).")
     shown = [r for r in shown if r.manifest and r.manifest.task == task]
-ov = views.runs_overview(shown, root, check=check or bool(runs_open))
+ov = run_pages.runs_overview(shown, root, check=check or bool(runs_open))
 c1, c2 = st.columns([2, 3])
 c1.plotly_chart(charts.reached_figure(ov), width="stretch", key="reached")
-ms = views.milestone_steps(shown, root)
+ms = run_pages.milestone_steps(shown, root)
 order = []
 for r in shown:
     if r.manifest:

@@ -22,8 +22,7 @@ with st.expander("Tables and columns"):
     st.dataframe(pd.DataFrame([{"table": t, "rows": len(run.table(t)),
                                 "columns": ", ".join(map(str, run.table(t).columns))} for t in TABLE_NAMES.values()]),
                  hide_index=True, width="stretch", key="sql_tables")
-ui.init_widget("w_sql", ui.qp("q") or DEFAULT)
-st.text_area("Query", key="w_sql", height=140, on_change=lambda: ui.set_qp(q=st.session_state["w_sql"].strip()))
+st.text_area("Query", height=140, **ui.bound("w_sql", "q", DEFAULT, fmt=str.strip))
 query = st.session_state["w_sql"].strip()
 if query:
     res = run_user_query(run, query)

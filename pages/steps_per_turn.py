@@ -1,26 +1,25 @@
 """Steps per turn: rolling median of env steps between model calls, per method, seeds as a band."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, figures, ui
 from dashboard.core import parse_int
-from loaders import analysis
-from loaders import analysis_views as av
+from loaders import paper_measures
+from loaders import analysis_pages as ap
+from loaders.run import Run
 
 WINDOWS = (5, 10, 25, 50, 100)
 DEFAULT_WINDOW = 25
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _series(keys: tuple[str, ...], paths: tuple[str, ...], sigs: tuple, window: int
-            ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    runs = [ui.get_run(Path(p)) for p in paths]
-    bands = av.seed_bands([(av.method_of(r), av.seed_of(r), av.steps_per_turn(r, window)) for r in runs], "median")
-    pooled = analysis.interaction_table(av.measures(list(zip(keys, runs))))
+@ui.cached
+def _series(runs: list[tuple[str, Run]], window: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Seed bands of the rolling median, and the interaction table pooled over seeds."""
+    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.steps_per_turn(r, window)) for _, r in runs],
+                          "median")
+    pooled = paper_measures.interaction_table(ap.measures(runs))
     if len(pooled):
         pooled["calls_by_tool"] = [", ".join(f"{k}: {v}" for k, v in d.items()) for d in pooled["calls_by_tool"]]
     return bands, pooled
@@ -34,20 +33,12 @@ st.caption("Env steps executed per policy decision (turn), a rolling median over
            "one line per method (the mean over its seeds), the band spans its seeds' lowest and highest values. "
            "Higher means more steps between model calls. Shaded: where MFM exceeds both PRO-LONG and VISTA "
            "(paper Figure 9).")
-w_q = parse_int(ui.qp("window"))
-ui.init_widget("w_window", w_q if w_q in WINDOWS else DEFAULT_WINDOW)
-
-
-def _on_window() -> None:
-    v = st.session_state["w_window"]
-    ui.set_qp(window=None if v == DEFAULT_WINDOW else v)
-
-
-st.select_slider("Rolling window (turns)", WINDOWS, key="w_window", on_change=_on_window)
+st.select_slider("Rolling window (turns)", WINDOWS,
+                 **ui.bound("w_window", "window", DEFAULT_WINDOW,
+                            lambda v: w if (w := parse_int(v)) in WINDOWS else None))
 window = int(st.session_state["w_window"])
-bands, pooled = _series(tuple(k for k, _ in runs), tuple(str(r.path) for _, r in runs),
-                        tuple(r.signature for _, r in runs), window)
-shade = av.exceed_intervals(bands)
+bands, pooled = _series(runs, window)
+shade = ap.exceed_intervals(bands)
 st.plotly_chart(charts.band_figure(bands, f"env steps per turn (rolling median, {window} turns)", shade,
                                    "MFM above PRO-LONG and VISTA"), width="stretch", key="spt_chart")
 methods = list(dict.fromkeys(bands["method"])) if len(bands) else []

@@ -6,9 +6,10 @@ import json
 import streamlit as st
 
 from dashboard import charts, figures, ui
-from dashboard.core import parse_int, parse_range
+from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.theme import STATUS_LABELS
-from loaders import views
+from loaders import run_pages
+from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
 
@@ -25,37 +26,20 @@ st.caption(f"{ui.md_code(key)} · " + ui.md(
     f"{STATUS_LABELS.get(run.status, run.status)} · {len(run.episodes())} episodes"))
 ui.follow_live([(key, run)])
 ui.show_problems(key, run)
-if missing := views.absent_records(run):
+if missing := run_pages.absent_records(run):
     st.info(f"This {run.format} run has no {', no '.join(missing)}: those marks are not shown.")
 
-first, last = views.step_bounds(run)
+first, last = run_pages.step_bounds(run)
 if last <= first:
     st.info("This run has no episodes yet.")
     st.stop()
 
-rng = parse_range(ui.qp("range")) or (first, last)
-rng = (max(first, min(rng[0], last)), min(last, max(rng[1], first)))
-if rng[0] >= rng[1]:
-    rng = (first, last)
-color_q = ui.qp("color")
-ui.init_widget("w_color", "outcome" if color_q == "outcome" else "action kind")
-ui.init_widget("w_range", rng)
-if ui.qp("range") is None:
-    st.session_state["w_range"] = (first, last)
-
-
-def _on_range() -> None:
-    lo, hi = st.session_state["w_range"]
-    ui.set_qp(range=None if (lo, hi) == (first, last) else f"{lo}-{hi}")
-
-
-def _on_color() -> None:
-    ui.set_qp(color="outcome" if st.session_state["w_color"] == "outcome" else None)
-
-
 c1, c2 = st.columns([1, 4])
-c1.radio("Colour episodes by", ["action kind", "outcome"], key="w_color", on_change=_on_color, horizontal=True)
-c2.slider("Step range (zoom)", min_value=first, max_value=last, key="w_range", on_change=_on_range,
+c1.radio("Colour episodes by", ["action kind", "outcome"], horizontal=True,
+         **ui.bound("w_color", "color", "action kind", lambda v: "outcome" if v == "outcome" else None))
+c2.slider("Step range (zoom)", min_value=first, max_value=last,
+          **ui.bound("w_range", "range", (first, last), lambda v: clamp_range(v, first, last), format_range,
+                     sync=True),
           help="Server-side zoom: long runs are binned to the range shown. Drag in the chart to zoom further.")
 lo, hi = st.session_state["w_range"]
 color_by = "outcome" if st.session_state["w_color"] == "outcome" else "action_kind"
@@ -120,8 +104,8 @@ if not ep_id:
     st.stop()
 
 try:
-    d = views.episode_detail(run, ep_id)
-except (KeyError, views.UnsafePath) as e:
+    d = run_pages.episode_detail(run, ep_id)
+except (KeyError, UnsafePath) as e:
     st.error(ui.md(e))
     st.stop()
 row = d.row
@@ -141,7 +125,7 @@ with left:
         st.markdown(f"**Note.** {ui.md(row.note)}")
     ev = marks
     if len(marks):
-        decision = marks["kind"].isin(views.DECISION_KINDS)
+        decision = marks["kind"].isin(run_pages.DECISION_KINDS)
         during = (marks["step"] > row.first_step) & (marks["step"] <= row.last_step)
         before = (marks["step"] >= row.first_step) & (marks["step"] < row.last_step)
         ev = marks[(marks["life"] == row.life) & ((decision & before) | (~decision & during))]
@@ -162,7 +146,7 @@ with right:
         st.dataframe(d.steps.drop(columns=["episode"], errors="ignore"), hide_index=True, width="stretch", height=260)
 
 if row.turn is not None:
-    reqs = views.model_calls(run.turns(), row.turn)
+    reqs = run_pages.model_calls(run.turns(), row.turn)
     if len(reqs):
         st.markdown(f"**Model requests of turn {row.turn}** ({len(reqs)}; ✓ ok, ↻ failed then retried, "
                     "✗ failed and the policy gave up)")
@@ -176,7 +160,7 @@ if row.turn is not None:
                                     "cost_usd": st.column_config.NumberColumn("cost (USD)", format="%.5f"),
                                     "tool_calls": st.column_config.TextColumn("tool calls in the reply", width="large"),
                                     "error": st.column_config.TextColumn("failure", width="medium")})
-    calls = views.turn_calls(run.turns(), row.turn)
+    calls = run_pages.turn_calls(run.turns(), row.turn)
     if len(calls):
         with st.expander(f"Every call of turn {row.turn} with its result ({len(calls)})"):
             st.dataframe(calls, hide_index=True, width="stretch", key="turn_calls",
@@ -186,12 +170,12 @@ if row.turn is not None:
 if row.frames:
     st.markdown("**Frame strip**")
     try:
-        strip = views.frame_strip(run, ep_id, max_frames=24)
-        thumbs = [views.upscale(f, 128) for _, f in strip]
+        strip = run_pages.frame_strip(run, ep_id, max_frames=24)
+        thumbs = [run_pages.upscale(f, 128) for _, f in strip]
         st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip])
         if row.frames > len(strip):
             st.caption(f"{len(strip)} of {row.frames} frames, evenly spaced; scrub below for every step.")
-    except (FrameError, views.UnsafePath) as e:
+    except (FrameError, UnsafePath) as e:
         st.error(f"Frames of {ui.md(ep_id)} cannot be shown: {ui.md(e)}")
 
     lo_s, hi_s = row.first_step + 1, row.first_step + row.frames
@@ -206,11 +190,11 @@ if row.frames:
     cur = st.session_state["w_step"]
     a, b = st.columns([2, 3])
     try:
-        big = views.upscale(ui.frame(run, step=cur), 320)
+        big = run_pages.upscale(ui.frame(run, step=cur), 320)
         a.image(big, width=big.shape[1], caption=f"step {cur}")
-    except (FrameError, views.UnsafePath) as e:
+    except (FrameError, UnsafePath) as e:
         a.error(f"Frame of step {cur} cannot be shown: {ui.md(e)}")
-    sr = views.step_row(run, cur)
+    sr = run_pages.step_row(run, cur)
     if sr:
         b.markdown(f"**Step {cur}** · action {ui.md_code(sr['action'])} · " + ui.md(
             f"position ({sr['x']}, {sr['y']}) · facing {sr['facing']} · reward {sr['reward']}"))

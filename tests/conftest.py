@@ -45,7 +45,7 @@ def record_crafter(folder: Path, seed: int, policy_seed: int, length: int, episo
 
 @pytest.fixture(autouse=True, scope="session")
 def table_cache_dir(tmp_path_factory: pytest.TempPathFactory):
-    """The tests' own table cache (``mfm.tablecache``), never the user's ~/.cache; set in
+    """The tests' own table cache (``loaders.tablecache``), never the user's ~/.cache; set in
     the environment so that processes the tests start use it too."""
     old = os.environ.get("MFM_CACHE_DIR")
     os.environ["MFM_CACHE_DIR"] = str(tmp_path_factory.mktemp("mfm-cache"))
@@ -79,6 +79,35 @@ def open_app(page: str | None = None, **params: str):
         at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def texts(at) -> str:
+    """Every Markdown, caption, title, subheader, info, warning and error text of an AppTest."""
+    parts = [e.value for e in (*at.markdown, *at.caption, *at.title, *at.subheader, *at.info, *at.warning,
+                               *at.error)]
+    return "\n".join(str(p) for p in parts)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium through Playwright (the helpers are in ``dash_browser.py``)."""
+    from playwright.sync_api import sync_playwright
+
+    from dash_browser import ARGS, CHROMIUM
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh browser page, 1440 x 1000."""
+    ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
 
 
 @dataclass

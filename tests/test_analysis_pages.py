@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import manifest, open_app, use_root
-from loaders import analysis_views as av
+from loaders import analysis_pages as ap
 from loaders.run import open_run
 from mfm.memory import RunWriter
 from mfm.schema import MilestoneRow, StepRow, TurnRow
@@ -95,7 +95,7 @@ def table_with(at: AppTest, column: str):
 
 
 def test_retargeting_numbers_known_by_construction(root: Path) -> None:
-    per_run, per_method = av.retarget_tables([("a", open_run(root / "mfm_s0"))])
+    per_run, per_method = ap.retarget_tables([("a", open_run(root / "mfm_s0"))])
     r = per_run.iloc[0]
     assert (r.inspect_turns, r.inspect_retargets, r.other_turns, r.other_retargets) == (3, 2, 3, 1)
     assert r.inspect_rate == pytest.approx(2 / 3) and r.other_rate == pytest.approx(1 / 3)
@@ -103,7 +103,7 @@ def test_retargeting_numbers_known_by_construction(root: Path) -> None:
     # The initial record is not an episode. Turn 2: 2 earlier episodes (A, B), only A within 8
     # cells, k=1 -> 1/2. Turn 3: 3 earlier episodes, none within 8 cells of (10, 40) -> 0.
     assert r.null_rate == pytest.approx((1 / 2 + 0) / 2)
-    _, pooled = av.retarget_tables([("a", open_run(root / "mfm_s0")), ("b", open_run(root / "mfm_s1")),
+    _, pooled = ap.retarget_tables([("a", open_run(root / "mfm_s0")), ("b", open_run(root / "mfm_s1")),
                                     ("c", open_run(root / "vista_s0"))])
     mfm = pooled[pooled["method"] == "mfm"].iloc[0]
     assert (mfm.runs, mfm.inspect_turns, mfm.inspect_retargets, mfm.near, mfm.new_targets) == (2, 6, 4, 2, 4)
@@ -112,16 +112,16 @@ def test_retargeting_numbers_known_by_construction(root: Path) -> None:
 
 def test_retarget_turns_and_audit(root: Path) -> None:
     run = open_run(root / "mfm_s0")
-    table = av.retarget_turns(run)
+    table = ap.retarget_turns(run)
     assert list(table["turn"]) == [2, 3, 5]
     assert list(table["near"]) == ["1/1", "0/1", ""]
     assert list(table["inspected"]) == [A, B, ""]
-    audit = av.retarget_audit(run, 2)
+    audit = ap.retarget_audit(run, 2)
     assert audit.position == (40.0, 40.0)
     assert audit.searches[0]["returned"] == [A, B]
     assert [i["episode"] for i in audit.inspections] == [A]
     assert audit.targets[0]["near"] is True and audit.targets[0]["nearest"] == 2.0
-    assert av.retarget_audit(run, 99) is None
+    assert ap.retarget_audit(run, 99) is None
 
 
 def test_retargeting_page(root: Path) -> None:
@@ -150,16 +150,16 @@ def test_retargeting_page_deep_link_and_bad_turn(root: Path) -> None:
 
 def test_steps_per_turn_bands_and_shading(root: Path) -> None:
     runs = {k: open_run(root / k) for k in ALL.split(",")}
-    spt = av.steps_per_turn(runs["mfm_s0"], window=3)
+    spt = ap.steps_per_turn(runs["mfm_s0"], window=3)
     assert list(spt["steps"]) == [5.0] * len(TURNS) and list(spt["median"]) == [5.0] * len(TURNS)
-    bands = av.seed_bands([(av.method_of(r), av.seed_of(r), av.steps_per_turn(r, 3)) for r in runs.values()],
+    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.steps_per_turn(r, 3)) for r in runs.values()],
                           "median")
     mfm = bands[(bands["method"] == "mfm") & bands["mean"].notna()]
     assert set(mfm["seeds"]) == {2} and set(mfm["mean"]) == {5.0}
     assert set(bands.loc[(bands["method"] == "vista") & bands["mean"].notna(), "mean"]) == {3.0}
-    shade = av.exceed_intervals(bands)
+    shade = ap.exceed_intervals(bands)
     assert len(shade) == 1 and shade[0][0] == int(mfm["step"].min())
-    assert av.exceed_intervals(bands[bands["method"] != "vista"]) == []
+    assert ap.exceed_intervals(bands[bands["method"] != "vista"]) == []
 
 
 def test_steps_per_turn_page(root: Path) -> None:
@@ -178,17 +178,17 @@ def test_steps_per_turn_page(root: Path) -> None:
 
 def test_memory_provenance_and_diff(root: Path) -> None:
     run = open_run(root / "mfm_s0")
-    assert av.memory_paths(run) == ["mine/GUIDE.md", "mine/procedures/chop.json"]
-    assert av.memory_steps(run, "mine/GUIDE.md") == [5, 15, 25]
-    prov = av.memory_provenance(run, "mine/GUIDE.md", 15)
+    assert ap.memory_paths(run) == ["mine/GUIDE.md", "mine/procedures/chop.json"]
+    assert ap.memory_steps(run, "mine/GUIDE.md") == [5, 15, 25]
+    prov = ap.memory_provenance(run, "mine/GUIDE.md", 15)
     assert list(prov["text"]) == ["# Guide", "- wood at A", "- coal at C"]
     assert list(prov["step"]) == [5, 5, 15]
     assert list(prov["removed_at"].astype(object).where(prov["removed_at"].notna(), None)) == [None, 25, None]
     assert set(prov["sources"]) == {A}
-    assert av.memory_provenance(run, "mine/GUIDE.md", 25)["removed_at"].isna().all()
-    diff = av.memory_diff(run, "mine/GUIDE.md", 5, 15)
+    assert ap.memory_provenance(run, "mine/GUIDE.md", 25)["removed_at"].isna().all()
+    diff = ap.memory_diff(run, "mine/GUIDE.md", 5, 15)
     assert "+- coal at C" in diff and "-- wood at A" not in diff
-    assert "-- wood at A" in av.memory_diff(run, "mine/GUIDE.md", 15, 25)
+    assert "-- wood at A" in ap.memory_diff(run, "mine/GUIDE.md", 15, 25)
 
 
 def test_memory_page_renders_without_html(root: Path) -> None:
@@ -213,10 +213,10 @@ def test_memory_page_procedure_is_text(root: Path) -> None:
 
 
 def test_progress_curve_and_bands(root: Path) -> None:
-    curve = av.milestone_curve(open_run(root / "mfm_s0"))
+    curve = ap.milestone_curve(open_run(root / "mfm_s0"))
     assert list(curve.itertuples(index=False, name=None)) == [(0, 0), (10, 1), (25, 2), (30, 2)]
     runs = [open_run(root / k) for k in ("mfm_s0", "mfm_s1", "vista_s0")]
-    bands = av.seed_bands([(av.method_of(r), av.seed_of(r), av.milestone_curve(r)) for r in runs], "milestones",
+    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.milestone_curve(r)) for r in runs], "milestones",
                           hold=True)
     at = bands.set_index(["method", "step"])["mean"]
     assert at[("mfm", 12)] == 1 and at[("vista", 12)] == 1 and at[("vista", 16)] == 2 and at[("vista", 30)] == 2

@@ -4,78 +4,19 @@ Screenshots of every page go to ``test-artifacts/screenshots/``.
 """
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import parse_qs, urlencode, urlparse
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from dash_browser import SHOTS, dashboard, needs_browser, settle, url
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
-from loaders.views import inspections
+from loaders.run_pages import inspections
 
-CHROMIUM = os.environ.get("MFM_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-REPO = Path(__file__).resolve().parent.parent
-"""The checkout under test: the server runs its ``mfm.cli`` (not whatever ``mfm`` is installed)."""
-SHOTS = REPO / "test-artifacts" / "screenshots"
-
-needs_browser = pytest.mark.skipif(
-    not Path(CHROMIUM).is_file() and not os.environ.get("MFM_REQUIRE_BROWSER"),
-    reason=f"no Chromium at {CHROMIUM} (set MFM_CHROMIUM or apt-get install chromium); "
-           "CI sets MFM_REQUIRE_BROWSER so that this fails instead")
-pytestmark = needs_browser
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def dashboard(root: Path, log_dir: Path) -> Iterator[str]:
-    """`mfm dashboard ROOT` on a free port, as a subprocess of this checkout; yields its URL."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "mfm.cli", "dashboard", str(root), "--port", str(port)]
-    log = open(log_dir / "server.log", "w+")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.3)
-        if proc.poll() is not None:
-            break
-    else:
-        os.killpg(proc.pid, signal.SIGTERM)
-        log.seek(0)
-        pytest.fail(f"the dashboard did not start:\n{log.read()}")
-    if proc.poll() is not None:
-        log.seek(0)
-        pytest.fail(f"the dashboard exited:\n{log.read()}")
-    try:
-        yield base
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+pytestmark = [needs_browser, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -85,44 +26,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         yield base, root
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
-    pg = ctx.new_page()
-    yield pg
-    ctx.close()
-
-
-def settle(pg, timeout: float = 45) -> None:
-    """Wait until Streamlit has finished running the script and the page stopped changing."""
-    pg.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
-    deadline = time.time() + timeout
-    quiet = 0
-    while time.time() < deadline:
-        running = pg.locator('[data-testid="stStatusWidget"]').count() > 0
-        skeleton = pg.locator('[data-testid="stSkeleton"]').count() > 0
-        quiet = quiet + 1 if not running and not skeleton else 0
-        if quiet >= 4:
-            break
-        time.sleep(0.25)
-    pg.wait_for_load_state("networkidle")
-
-
 def check(pg, name: str, *expected: str, tall: int = 2000) -> None:
     """No Streamlit exception, the expected texts visible, and a screenshot."""
     settle(pg)
     for text in expected:
-        pg.get_by_text(text, exact=False).filter(visible=True).first.wait_for(state="visible", timeout=20_000)
+        pg.get_by_text(text, exact=False).filter(visible=True).first.wait_for(state="visible", timeout=60_000)
     assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator(
         '[data-testid="stException"]').first.inner_text()
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -131,10 +39,6 @@ def check(pg, name: str, *expected: str, tall: int = 2000) -> None:
     time.sleep(1.0)
     pg.screenshot(path=str(SHOTS / f"{name}.png"))
     pg.set_viewport_size({"width": 1440, "height": 1000})
-
-
-def url(base: str, path: str, **params: str) -> str:
-    return f"{base}/{path}" + (f"?{urlencode(params)}" if params else "")
 
 
 def query(pg) -> dict[str, str]:
@@ -184,7 +88,7 @@ def test_clicking_a_bar_opens_its_episode(server, page) -> None:
     settle(page)
     assert "ep" not in query(page)
     click_point(page, ".js-plotly-plot .barlayer .point path", 8)
-    page.wait_for_function("() => location.search.includes('ep=ep_')", timeout=20_000)
+    page.wait_for_function("() => location.search.includes('ep=ep_')", timeout=60_000)
     settle(page)
     ep = query(page)["ep"]
     check(page, "timeline_clicked", "Frame strip", ep)
@@ -195,7 +99,7 @@ def test_clicking_a_marker_picks_its_cell(server, page) -> None:
     page.goto(url(base, "grid", runs=CRAFTER))
     settle(page)
     click_point(page, ".js-plotly-plot .scatterlayer .trace .points path", 3)
-    page.wait_for_function("() => location.search.includes('cell=')", timeout=20_000)
+    page.wait_for_function("() => location.search.includes('cell=')", timeout=60_000)
     settle(page)
     x, y = query(page)["cell"].split(",")
     check(page, "grid_clicked", f"({x}, {y}):", tall=1800)
@@ -274,7 +178,7 @@ def test_provenance_click_picks_a_node(server, page) -> None:
     settle(page)
     assert "node" not in query(page)
     click_point(page, ".js-plotly-plot .scatterlayer .trace .points path", 5)
-    page.wait_for_function("() => location.search.includes('node=')", timeout=20_000)
+    page.wait_for_function("() => location.search.includes('node=')", timeout=60_000)
     node = query(page)["node"]
     check(page, "provenance_clicked", "Provenance", "in Timeline", tall=2400)
     other = page.context.browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()

@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -151,21 +152,32 @@ DEEP_UNKNOWN_FIELD = [("steps.jsonl", "nest", 0.5, 0.1, "[" * 50_000)]
 Arrow reader: it infers a type for unknown fields, recursively)."""
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(small=structural(FILES), big=structural(["steps.jsonl"]))
-@example(small=DEEP_UNKNOWN_FIELD, big=DEEP_UNKNOWN_FIELD)
-def test_deep_extreme_and_retyped_values_never_raise(tmp_path_factory, small, big):
-    """Nesting depth, numbers' magnitude and types, in every file of a small run, and in a
-    table large enough (over 256 KiB) for the fast C++ readers, which crashed the process on
-    deep lines."""
-    for name, ops, size in (("pristine", small, dict(episodes=8)),
-                            ("pristine_big", big, dict(episodes=80, steps_per_episode=20))):
-        base = tmp_path_factory.getbasetemp() / name
-        if not base.exists():
-            write_run(base, **size)
-        run_dir = tmp_path_factory.mktemp("mutated")
-        shutil.rmtree(run_dir)
-        shutil.copytree(base, run_dir)
-        for file, kind, where, which, value in ops:
-            _mutate_field(run_dir / file, kind, where, which, value)
-        _check_loaded(run_dir)
+def _deep_extreme_and_retyped(examples: int):
+    """The test below, with ``examples`` random examples (and the deep unknown field)."""
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(small=structural(FILES), big=structural(["steps.jsonl"]))
+    @example(small=DEEP_UNKNOWN_FIELD, big=DEEP_UNKNOWN_FIELD)
+    def test(tmp_path_factory, small, big):
+        """Nesting depth, numbers' magnitude and types, in every file of a small run, and in a
+        table large enough (over 256 KiB) for the fast C++ readers, which crashed the process on
+        deep lines."""
+        for name, ops, size in (("pristine", small, dict(episodes=8)),
+                                ("pristine_big", big, dict(episodes=80, steps_per_episode=20))):
+            base = tmp_path_factory.getbasetemp() / name
+            if not base.exists():
+                write_run(base, **size)
+            run_dir = tmp_path_factory.mktemp("mutated")
+            shutil.rmtree(run_dir)
+            shutil.copytree(base, run_dir)
+            for file, kind, where, which, value in ops:
+                _mutate_field(run_dir / file, kind, where, which, value)
+            _check_loaded(run_dir)
+
+    return test
+
+
+test_deep_extreme_and_retyped_values_never_raise = _deep_extreme_and_retyped(6)
+test_deep_extreme_and_retyped_values_never_raise_thoroughly = pytest.mark.slow(_deep_extreme_and_retyped(100))
+"""Each example opens a table big enough for the fast readers (~0.7 s): a few in the default
+run, many more with the slow tests."""

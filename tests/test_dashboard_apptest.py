@@ -5,12 +5,11 @@ import json
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from conftest import REPO, open_app, use_root, write_run
+from conftest import REPO, open_app, texts, use_root, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
-from loaders.views import inspections
+from loaders.run_pages import inspections
 
 
 
@@ -25,12 +24,6 @@ def fresh(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
 
 
 app = open_app
-
-
-def texts(at: AppTest) -> str:
-    parts = [e.value for e in (*at.markdown, *at.caption, *at.title, *at.subheader, *at.info, *at.warning,
-                               *at.error)]
-    return "\n".join(str(p) for p in parts)
 
 
 def test_runs_page_lists_every_run(root: Path) -> None:

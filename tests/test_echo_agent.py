@@ -287,6 +287,7 @@ def test_echo_loader_reads_a_damaged_library(learned: Path, tmp_path: Path):
 def test_analogy_graph_of_an_induced_task(learned: Path, tmp_path: Path):
     import shutil
 
+    from dashboard import charts
     from loaders import echo
 
     run = tmp_path / "ical"
@@ -311,7 +312,7 @@ def test_analogy_graph_of_an_induced_task(learned: Path, tmp_path: Path):
     assert list(stone["role"])[0] == "representative" and list(stone["source"])[0] == "make_wood_pickaxe"
     assert len(stone) == 2 and list(stone["source"])[1] == "collect_stone" and "attr" in list(stone["axes"])[1]
     assert set(edges["status"]) == {"candidate"}
-    fig = echo.analogy_figure(csds, edges)
+    fig = charts.analogy_figure(echo.analogy_layout(csds, edges), edges)
     names = {t for tr in fig.data if tr.mode == "markers+text" for t in tr.text}
     assert {"make_wood_pickaxe", "make_stone_pickaxe"} <= names
 
@@ -319,7 +320,7 @@ def test_analogy_graph_of_an_induced_task(learned: Path, tmp_path: Path):
 def test_echo_page_on_the_shipped_learner_samples(monkeypatch: pytest.MonkeyPatch):
     """sample_runs/echo holds an ical and a passive run of the same seed: the page draws both
     unlock curves and the ICAL run's analogy graph out of the box."""
-    from mfm.agent.samples import ECHO_SAMPLES
+    from mfm.samples import ECHO_SAMPLES
 
     names = [n for n, *_ in ECHO_SAMPLES]
     assert {c for _, c, *_ in ECHO_SAMPLES} == {"ical", "passive"} and len({s for *_, s, _ in ECHO_SAMPLES}) == 1

@@ -175,7 +175,7 @@ def test_an_original_mfm_run_folder_opens(export_dir: Path, tmp_path: Path):
 
 
 def test_3d_distances_use_the_horizontal_plane_unless_asked(export_dir: Path):
-    from loaders.analysis import position, retargeting, target_position
+    from loaders.paper_measures import position, retargeting, target_position
 
     run = open_run(export_dir)
     r = run.records("index.jsonl")[5]

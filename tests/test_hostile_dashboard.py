@@ -19,10 +19,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import REPO, open_app, use_root
+from dash_browser import ARGS, CHROMIUM, dashboard, free_port, needs_browser, settle, url
 from dashboard.safe_text import clip, md, md_code, md_document, relative_paths
 from loaders import provenance as pv
 from loaders.run import open_run
-from test_browser import ARGS, CHROMIUM, dashboard, free_port, needs_browser, settle, url
 
 PLANT = f"127.0.0.1:{free_port()}"
 """Where the planted images point: loopback, a port nothing listens on."""
@@ -293,6 +293,7 @@ def server(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
 
 
 @needs_browser
+@pytest.mark.slow
 def test_browser_fetches_nothing_planted(server: str, root: Path) -> None:
     from playwright.sync_api import sync_playwright
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from loaders import open_run, open_runs, runs_table
 from loaders.formats import crafter_recorder
 from loaders.run import TABLE_NAMES, Run
-from loaders.views import problems_table, runs_overview
+from loaders.run_pages import problems_table, runs_overview
 from mfm.boundary import UnsafePath
 from mfm.cli import main
 from mfm.memory.retrieval import FrameError
@@ -693,59 +693,77 @@ def _check_import(src: Path, dest: Path, capsys) -> None:
         assert rc == 2 and err.startswith("mfm import:") and len(err.splitlines()) == 1, err
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(data=st.data())
-def test_mutated_exports_never_raise(raw, tmp_path_factory, capsys, data):
-    mutations = []
-    doc = copy.deepcopy(raw)
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = _export_path(data.draw, doc)
-        value = data.draw(fragment())
-        if path[0] == "episodes" and data.draw(st.booleans()):
-            value = json.dumps('{"turn": ' + value + ', "entry": {"procedure": "go_to", "args": {"x": 1, "z": 2}}}')
-        node = doc
-        for k in path[:-1]:
-            node = node[k]
-        node[path[-1]] = f"{HOLE}{len(mutations)}"
-        mutations.append(value)
-    text = json.dumps(doc)
-    for i, value in enumerate(mutations):
-        text = text.replace(f'"{HOLE}{i}"', value)
-    d = tmp_path_factory.mktemp("export")
-    src = write_export(d / "src", text)
-    exercise(src)
-    _check_import(src, d / "out", capsys)
+def _mutated_exports(examples: int):
+    """Mutated exports, ``examples`` of them: opening and importing them never raises."""
+
+    @settings(max_examples=examples, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(data=st.data())
+    def test(raw, tmp_path_factory, capsys, data):
+        mutations = []
+        doc = copy.deepcopy(raw)
+        for _ in range(data.draw(st.integers(1, 3))):
+            path = _export_path(data.draw, doc)
+            value = data.draw(fragment())
+            if path[0] == "episodes" and data.draw(st.booleans()):
+                value = json.dumps('{"turn": ' + value + ', "entry": {"procedure": "go_to", "args": {"x": 1, "z": 2}}}')
+            node = doc
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = f"{HOLE}{len(mutations)}"
+            mutations.append(value)
+        text = json.dumps(doc)
+        for i, value in enumerate(mutations):
+            text = text.replace(f'"{HOLE}{i}"', value)
+        d = tmp_path_factory.mktemp("export")
+        src = write_export(d / "src", text)
+        exercise(src)
+        _check_import(src, d / "out", capsys)
+
+    return test
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(data=st.data())
-def test_mutated_recordings_never_raise(arrays, tmp_path_factory, capsys, data):
-    a = dict(arrays)
-    for _ in range(data.draw(st.integers(1, 3))):
-        key = data.draw(st.sampled_from(sorted(a) + ["ainventory_new", "achievement_new"]))
-        v = a.get(key, arrays["action"])
-        v = v if v.dtype.kind in "biuf" else arrays["action"]
-        op = data.draw(st.sampled_from(["delete", "value", "dtype", "ndim", "truncate"]))
-        if op == "delete":
-            a.pop(key, None)
-            continue
-        if op == "value" and v.size:
-            v = v.astype(np.float64)
-            v.flat[data.draw(st.integers(0, v.size - 1))] = data.draw(st.sampled_from(
-                [0, -1, 1e15, -1e15, 1e308, np.nan, np.inf, -np.inf, 1e30]))
-        elif op == "dtype":
-            small = key != "image"
-            v = np.array([10 ** 30] * 3, dtype=object) if small and data.draw(st.booleans()) else v.astype(
-                data.draw(st.sampled_from([np.float16, np.bool_, np.uint64, np.int8] + ([str, np.complex64]
-                                                                                          if small else []))))
-        elif op == "ndim":
-            v = data.draw(st.sampled_from([v[..., None], v.reshape(-1), np.array(v.flat[0]) if v.size else v]))
-        elif op == "truncate":
-            v = v[:data.draw(st.integers(0, len(v) if v.ndim else 0))] if v.ndim else v
-        a[key] = v
-    d = tmp_path_factory.mktemp("rec")
-    src = write_npz(d / "src" / "r.npz", a)
-    exercise(src)
-    _check_import(src, d / "out", capsys)
+test_mutated_exports_never_raise = _mutated_exports(15)
+test_mutated_exports_never_raise_thoroughly = pytest.mark.slow(_mutated_exports(200))
+
+
+def _mutated_recordings(examples: int):
+    """Mutated Crafter recordings, ``examples`` of them: opening and importing them never raises."""
+
+    @settings(max_examples=examples, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(data=st.data())
+    def test(arrays, tmp_path_factory, capsys, data):
+        a = dict(arrays)
+        for _ in range(data.draw(st.integers(1, 3))):
+            key = data.draw(st.sampled_from(sorted(a) + ["ainventory_new", "achievement_new"]))
+            v = a.get(key, arrays["action"])
+            v = v if v.dtype.kind in "biuf" else arrays["action"]
+            op = data.draw(st.sampled_from(["delete", "value", "dtype", "ndim", "truncate"]))
+            if op == "delete":
+                a.pop(key, None)
+                continue
+            if op == "value" and v.size:
+                v = v.astype(np.float64)
+                v.flat[data.draw(st.integers(0, v.size - 1))] = data.draw(st.sampled_from(
+                    [0, -1, 1e15, -1e15, 1e308, np.nan, np.inf, -np.inf, 1e30]))
+            elif op == "dtype":
+                small = key != "image"
+                v = np.array([10 ** 30] * 3, dtype=object) if small and data.draw(st.booleans()) else v.astype(
+                    data.draw(st.sampled_from([np.float16, np.bool_, np.uint64, np.int8] + ([str, np.complex64]
+                                                                                              if small else []))))
+            elif op == "ndim":
+                v = data.draw(st.sampled_from([v[..., None], v.reshape(-1), np.array(v.flat[0]) if v.size else v]))
+            elif op == "truncate":
+                v = v[:data.draw(st.integers(0, len(v) if v.ndim else 0))] if v.ndim else v
+            a[key] = v
+        d = tmp_path_factory.mktemp("rec")
+        src = write_npz(d / "src" / "r.npz", a)
+        exercise(src)
+        _check_import(src, d / "out", capsys)
+
+    return test
+
+
+test_mutated_recordings_never_raise = _mutated_recordings(15)
+test_mutated_recordings_never_raise_thoroughly = pytest.mark.slow(_mutated_recordings(200))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from loaders import open_run, views
+from loaders import open_run, run_pages
 from loaders.run import open_runs
 from mfm.boundary import UnsafePath
 from mfm.cli import main
@@ -66,18 +66,37 @@ def test_depth_rule_counts_structure_not_strings() -> None:
     assert too_deep(b'[{"a": "]]]]"}' + b"," + b"[" * 80)
 
 
+DEEP_FILES = ["index.jsonl", "steps.jsonl", "turns.jsonl", "grid.jsonl", "memory_writes.jsonl", "lives.jsonl",
+              "milestones.jsonl"]
+
+
+@pytest.fixture(scope="module")
+def deep_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, subprocess.CompletedProcess]:
+    """A copy of the sample for each (file, variant of :data:`DEEP`), with the deep line
+    inserted as line 2 of the file: ``{(file, variant): (run, line)}``, and what one ``mfm
+    validate`` child process said of all of them (one interpreter start, not one per case)."""
+    base = tmp_path_factory.mktemp("deep")
+    runs = {}
+    for file in DEEP_FILES:
+        for variant in sorted(DEEP):
+            run = _copy(base, f"run{len(runs)}")
+            runs[file, variant] = run, _insert_line(run / file, 2, DEEP[variant])
+    return runs, _cli("validate", *(str(run) for run, _ in runs.values()))
+
+
 @pytest.mark.parametrize("variant", sorted(DEEP))
-@pytest.mark.parametrize("file", ["index.jsonl", "steps.jsonl", "turns.jsonl", "grid.jsonl", "memory_writes.jsonl",
-                                  "lives.jsonl", "milestones.jsonl"])
-def test_a_deeply_nested_line_is_one_problem_at_its_line(tmp_path: Path, file: str, variant: str) -> None:
-    run = _copy(tmp_path)
-    line = _insert_line(run / file, 2, DEEP[variant])
+@pytest.mark.parametrize("file", DEEP_FILES)
+def test_a_deeply_nested_line_is_one_problem_at_its_line(deep_runs: tuple[dict, subprocess.CompletedProcess],
+                                                         file: str, variant: str) -> None:
+    runs, p = deep_runs
+    run, line = runs[file, variant]
     before = len(validate(SAMPLE).tables[file])
-    p = _cli("validate", str(run))
     assert p.returncode == 1, (p.returncode, p.stderr[-2000:])
     assert "Traceback" not in p.stderr
-    problems = [ln for ln in p.stdout.splitlines() if f"{file}:" in ln and ": error:" in ln]
-    assert problems == [f"{run / file}:{line}: error: nested deeper than {MAX_DEPTH} levels, skipped"], p.stdout
+    out = [ln for ln in p.stdout.splitlines() if ln.startswith((f"{run}/", f"{run}:"))]
+    assert f"{run}: INVALID: 1 error(s)" in "\n".join(out), out
+    problems = [ln for ln in out if f"{file}:" in ln and ": error:" in ln]
+    assert problems == [f"{run / file}:{line}: error: nested deeper than {MAX_DEPTH} levels, skipped"], out
     c = validate(run)
     assert len(c.tables[file]) == before
     assert [(x.file, x.line) for x in c.errors] == [(file, line)]
@@ -208,12 +227,12 @@ def test_a_symlink_leading_outside_the_run_is_not_followed(tmp_path: Path, kind:
         with pytest.raises(UnsafePath, match="outside"):
             r.episode_record("ep_000002")
         with pytest.raises(UnsafePath):
-            views.episode_detail(r, "ep_000002")
+            run_pages.episode_detail(r, "ep_000002")
     if "frame" in kind or kind == "episode folder":
         with pytest.raises(UnsafePath, match="outside"):
             r.frame(step)
         with pytest.raises(UnsafePath):
-            views.frame_for(r, step=step)
+            run_pages.frame_for(r, step=step)
         c = validate(run, frames=True)
         assert any("leads outside the run" in x.message and x.line for x in c.errors), c.problems
     assert r.frame(r.episode("ep_000004").first_step + 1).shape[2] == 3
@@ -339,12 +358,12 @@ def test_the_runs_page_shows_the_good_run_whole_beside_one_bad_run_of_each_kind(
 
     alone = tmp_path / "alone"
     shutil.copytree(SAMPLE, alone / "good")
-    expected = views.runs_overview(open_runs(alone), alone).set_index("key").loc["good"].to_dict()
+    expected = run_pages.runs_overview(open_runs(alone), alone).set_index("key").loc["good"].to_dict()
     root = tmp_path / "root"
     shutil.copytree(SAMPLE, root / "good")
     bad = _bad_runs(root, tmp_path)
 
-    table = views.runs_overview(open_runs(root), root).set_index("key")
+    table = run_pages.runs_overview(open_runs(root), root).set_index("key")
     assert table.loc["good"].to_dict() == expected
     for name, file in bad.items():
         problems = open_run(root / name).problems
@@ -360,3 +379,17 @@ def test_the_runs_page_shows_the_good_run_whole_beside_one_bad_run_of_each_kind(
     assert all(shown.loc[name, "problems"] >= 1 for name in bad)
     damaged = [e.label for e in at.expander if "problem(s)" in e.label]
     assert sorted(label.split(":")[0].removeprefix("⚠️ ") for label in damaged) == sorted(bad)
+
+
+@pytest.mark.parametrize("value", [-1e15, -1.0, 2.5, 1e400])
+def test_an_integer_field_refuses_negative_and_fractional_floats(tmp_path: Path, value: float) -> None:
+    """``-1e15`` is a float with an integer value: it was taken as the integer -10^15 (a
+    negative step); found by the slow fuzz of foreign formats."""
+    run = _copy(tmp_path)
+    manifest = json.loads((run / "run.json").read_text())
+    manifest["last_step"] = value
+    (run / "run.json").write_text(json.dumps(manifest))
+    c = validate(run)
+    assert c.manifest is None
+    assert [(p.file, p.line) for p in c.errors] == [("run.json", 1)]
+    assert "last_step" in c.errors[0].message

@@ -14,9 +14,9 @@ from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, damage, make_root
 from dashboard import charts
 from dashboard.core import (FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_range, resolve_run_key,
                             runs_root)
-from loaders import views
+from loaders import run_pages
 from loaders.run import find_runs, open_run, open_runs, runs_table, signature
-from loaders.views import UnsafePath
+from mfm.boundary import UnsafePath, inside
 from mfm.memory.retrieval import FrameError
 from mfm.schema import frame_chunk
 
@@ -44,7 +44,7 @@ def test_damaged_copy_reports_file_and_line(root: Path) -> None:
     assert f"steps.jsonl:{steps_lines}" in where, where
     assert any("ep_000002" in p.message and "frame strip" in p.message for p in run.problems)
     assert len(run.episodes()) == len(open_run(root / SYNTHETIC).episodes())
-    table = views.problems_table(run)
+    table = run_pages.problems_table(run)
     assert list(table.columns) == ["where", "severity", "message"]
     assert table["where"].str.contains(r"^[\w./]+(?::\d+)?$").all()
 
@@ -53,12 +53,12 @@ def test_missing_strip_gives_frame_error_not_crash(root: Path) -> None:
     run = open_run(root / DAMAGED)
     ref = run.episode("ep_000002")
     with pytest.raises(FrameError):
-        views.frame_for(run, step=ref.first_step + 1)
+        run_pages.frame_for(run, step=ref.first_step + 1)
     with pytest.raises(FrameError):
-        views.frame_strip(run, "ep_000002")
+        run_pages.frame_strip(run, "ep_000002")
     with pytest.raises(FrameError):
-        views.frame_for(run, episode="ep_000002")
-    assert views.frame_for(run, episode="ep_000003").shape == (64, 64, 3)
+        run_pages.frame_for(run, episode="ep_000002")
+    assert run_pages.frame_for(run, episode="ep_000003").shape == (64, 64, 3)
 
 
 @pytest.mark.parametrize("breakage", ["truncated", "garbage", "strip", "empty", "binary"])
@@ -83,13 +83,13 @@ def test_open_run_never_raises(tmp_path: Path, breakage: str) -> None:
         assert p.file and isinstance(p.line, int)
     for name in ("episodes", "steps", "turns", "grid", "milestones", "lives", "memory_writes"):
         assert isinstance(run.table(name), pd.DataFrame)
-    views.timeline_marks(run)
-    views.timeline_bars(run.episodes())
-    views.grid_cells(run.grid())
-    views.inspections(run.turns(), run.episodes())
+    run_pages.timeline_marks(run)
+    run_pages.timeline_bars(run.episodes())
+    run_pages.grid_cells(run.grid())
+    run_pages.inspections(run.turns(), run.episodes())
     if breakage == "strip":
         with pytest.raises(FrameError):
-            views.frame_for(run, step=run.episode("ep_000003").first_step + 1)
+            run_pages.frame_for(run, step=run.episode("ep_000003").first_step + 1)
 
 
 def test_cache_refreshes_when_a_file_changes(tmp_path: Path) -> None:
@@ -110,30 +110,30 @@ def test_cache_refreshes_when_a_file_changes(tmp_path: Path) -> None:
 def test_timeline_views_on_a_crafter_run(root: Path) -> None:
     run = open_run(root / CRAFTER)
     eps = run.episodes()
-    bars = views.timeline_bars(eps)
+    bars = run_pages.timeline_bars(eps)
     assert len(bars) == len(eps) and (bars["count"] == 1).all()
     assert set(bars["category"]) >= {"initial", "explore"}
-    by_outcome = views.timeline_bars(eps, color_by="outcome")
+    by_outcome = run_pages.timeline_bars(eps, color_by="outcome")
     assert set(by_outcome["category"]) <= {"done", "failed", "interrupted", "none"}
-    marks = views.timeline_marks(run)
+    marks = run_pages.timeline_marks(run)
     assert {"search", "inspect", "memory_write"} <= set(marks["kind"])
-    assert set(marks["kind"]) <= set(views.MARK_KINDS)
+    assert set(marks["kind"]) <= set(run_pages.MARK_KINDS)
     lives = run.lives()
     assert (marks["kind"] == "death").sum() == (lives["event"] == "death").sum()
     lo, hi = 50, 120
-    zoom = views.timeline_bars(eps, lo, hi)
+    zoom = run_pages.timeline_bars(eps, lo, hi)
     assert (zoom["end"] >= lo).all() and (zoom["start"] <= hi).all()
-    assert views.vitals_series(run.steps(), lo, hi)["step"].between(lo, hi).all()
+    assert run_pages.vitals_series(run.steps(), lo, hi)["step"].between(lo, hi).all()
 
 
 def test_inspections_pair_the_retrieved_frame_with_the_agents(root: Path) -> None:
     run = open_run(root / CRAFTER)
-    ins = views.inspections(run.turns(), run.episodes())
+    ins = run_pages.inspections(run.turns(), run.episodes())
     assert len(ins) > 0
     row = ins.iloc[0]
     assert row["episode"].startswith("ep_")
-    assert views.frame_for(run, step=int(row["target_step"])).shape == (64, 64, 3)
-    assert views.frame_for(run, step=int(row["step"])).shape == (64, 64, 3)
+    assert run_pages.frame_for(run, step=int(row["target_step"])).shape == (64, 64, 3)
+    assert run_pages.frame_for(run, step=int(row["step"])).shape == (64, 64, 3)
     assert "inspected" in row["label"]
 
 
@@ -145,11 +145,11 @@ def test_tool_calls_accept_frame_index_and_paths() -> None:
                   ' {"tool": "search", "args": {"text": "iron"}, "result": {"episodes": ["ep_000001"]}}]'],
     })
     episodes = pd.DataFrame({"id": ["ep_000001", "ep_000004"], "first_step": [3, 12]})
-    calls = views.tool_calls(turns)
+    calls = run_pages.tool_calls(turns)
     assert list(calls["tool"]) == ["inspect", "inspect", "search"]
     assert calls.iloc[1]["episode"] == "ep_000004"
     assert calls.iloc[2]["results"] == 1
-    ins = views.inspections(turns, episodes)
+    ins = run_pages.inspections(turns, episodes)
     assert ins.iloc[0]["target_step"] == 3 + 1 + 2
     assert pd.isna(ins.iloc[1]["target_step"])
 
@@ -176,47 +176,47 @@ def test_a_36000_step_run_stays_under_50k_points() -> None:
     ms = pd.DataFrame({"name": ["collect_wood"], "step": [100], "life": [0], "episode": ["ep_000003"]})
     lv = pd.DataFrame({"event": ["death", "respawn"], "life": [0, 1], "step": [9_000, 9_000],
                        "cause": ["zombie", None], "episode": ["ep_001000", None]})
-    bars = views.timeline_bars(eps, 0, n_steps)
-    marks = views.marks(ms, lv, turns, mw, 0, n_steps)
-    vit = views.vitals_series(steps)
-    paths = views.trajectories(steps)
+    bars = run_pages.timeline_bars(eps, 0, n_steps)
+    marks = run_pages.marks(ms, lv, turns, mw, 0, n_steps)
+    vit = run_pages.vitals_series(steps)
+    paths = run_pages.trajectories(steps)
     assert (bars["count"] > 1).any() and bars["count"].sum() == n_eps
     assert marks.groupby("kind")["count"].sum()["memory_write"] == n_eps
     fig = charts.timeline_figure(bars, marks, vit, "action_kind", sorted(set(life)))
     points = sum(len(t.x) if t.x is not None else 0 for t in fig.data)
-    assert points <= views.MAX_POINTS, points
+    assert points <= run_pages.MAX_POINTS, points
     assert len(paths) <= 20_000 + 4
     assert paths.groupby("life")["step"].max().tolist() == steps.groupby("life")["step"].max().tolist()
 
 
 def test_grid_views(root: Path) -> None:
     run = open_run(root / CRAFTER)
-    cells = views.grid_cells(run.grid())
+    cells = run_pages.grid_cells(run.grid())
     assert len(cells) and set(cells["kind"]) <= {"walked", "placed", "opened", "blocked", "hazard", "water"}
     assert not cells.duplicated(["x", "y"]).any()
-    walked = views.grid_cells(run.grid(), kinds=["walked"])
+    walked = run_pages.grid_cells(run.grid(), kinds=["walked"])
     assert set(walked["kind"]) == {"walked"}
-    early = views.grid_cells(run.grid(), 0, 20)
+    early = run_pages.grid_cells(run.grid(), 0, 20)
     assert early["last_step"].max() <= 20
     x, y = int(walked.iloc[0]["x"]), int(walked.iloc[0]["y"])
-    here = views.episodes_at_cell(run, x, y)
+    here = run_pages.episodes_at_cell(run, x, y)
     assert len(here) >= 1 and here["episode"].str.startswith("ep_").all()
-    frames = views.frames_at_cell(run.steps(), x, y)
+    frames = run_pages.frames_at_cell(run.steps(), x, y)
     assert len(frames) >= 1
-    assert views.frame_for(run, step=int(frames.iloc[0]["step"])).shape == (64, 64, 3)
-    x0, y0, x1, y1 = views.grid_extent(run.grid(), run.steps(), run.episodes())
+    assert run_pages.frame_for(run, step=int(frames.iloc[0]["step"])).shape == (64, 64, 3)
+    x0, y0, x1, y1 = run_pages.grid_extent(run.grid(), run.steps(), run.episodes())
     assert x0 <= cells["x"].min() and x1 >= cells["x"].max() and y0 <= cells["y"].min()
-    visits = views.visits_per_cell([run, open_run(root / NESTED)])
+    visits = run_pages.visits_per_cell([run, open_run(root / NESTED)])
     assert visits["runs"].max() >= 1
 
 
 def test_grid_figure_has_legend_and_downwards_y(root: Path) -> None:
     run = open_run(root / CRAFTER)
-    cells = views.grid_cells(run.grid())
+    cells = run_pages.grid_cells(run.grid())
     eps = run.episodes().dropna(subset=["x"])
     lv = run.lives()
-    fig = charts.grid_figure(cells, views.trajectories(run.steps()), eps, lv[lv["event"] == "death"],
-                             views.grid_extent(run.grid(), run.steps(), run.episodes()), (32, 32))
+    fig = charts.grid_figure(cells, run_pages.trajectories(run.steps()), eps, lv[lv["event"] == "death"],
+                             run_pages.grid_extent(run.grid(), run.steps(), run.episodes()), (32, 32))
     names = {t.name for t in fig.data}
     assert "cell: walked" in names and "life 0 path" in names
     lo, hi = fig.layout.yaxis.range
@@ -226,18 +226,18 @@ def test_grid_figure_has_legend_and_downwards_y(root: Path) -> None:
 
 def test_episode_detail_and_frames(root: Path) -> None:
     run = open_run(root / CRAFTER)
-    d = views.episode_detail(run, "ep_000003")
+    d = run_pages.episode_detail(run, "ep_000003")
     assert d.state and d.action and d.outcome
     assert len(d.steps) == d.row.frames
-    strip = views.frame_strip(run, "ep_000003", max_frames=4)
+    strip = run_pages.frame_strip(run, "ep_000003", max_frames=4)
     assert 1 <= len(strip) <= 4 and strip[0][0] == d.row.first_step + 1
-    assert views.frame_for(run, step=0).shape == (64, 64, 3)
-    big = views.upscale(strip[0][1], 256)
+    assert run_pages.frame_for(run, step=0).shape == (64, 64, 3)
+    big = run_pages.upscale(strip[0][1], 256)
     assert big.shape == (256, 256, 3) and (big[:4, :4] == strip[0][1][0, 0]).all()
     a, b = strip[0][1], strip[-1][1]
-    w = views.wipe(a, b, 0.5)
+    w = run_pages.wipe(a, b, 0.5)
     assert (w[:, :10] == a[:, :10]).all() and (w[:, 40:] == b[:, 40:]).all()
-    assert views.difference_count(a, a) == 0
+    assert run_pages.difference_count(a, a) == 0
     fig = charts.frames_figure([a, b], ["a", "b"], tiles=True, diffs=[(a, "d")], region=(0, 0, 21, 21))
     assert fig.layout.xaxis2.matches == "x" and fig.layout.yaxis2.matches == "y"
     assert all(t.zsmooth is False for t in fig.data)
@@ -245,19 +245,19 @@ def test_episode_detail_and_frames(root: Path) -> None:
 
 def test_runs_overview_and_milestones(root: Path) -> None:
     runs = open_runs(root)
-    ov = views.runs_overview(runs, root)
+    ov = run_pages.runs_overview(runs, root)
     assert set(ov["key"]) == {CRAFTER, NESTED, SYNTHETIC, DAMAGED}
     row = ov[ov["key"] == DAMAGED].iloc[0]
     assert row["problems"] >= 3 and row["status"] == "finished"
     assert ov["milestones"].str.match(r"^\d+/\d+$").all()
-    ms = views.milestone_steps(runs, root)
+    ms = run_pages.milestone_steps(runs, root)
     assert set(ms.columns) == {"run", "method", "milestone", "order", "step"}
 
 
 def test_unsafe_paths_are_refused(root: Path, tmp_path: Path) -> None:
     for bad in ("../x", "/etc", "a/../../b", "", "a\\b"):
         with pytest.raises(UnsafePath):
-            views.inside(root, bad)
+            inside(root, bad)
     outside = tmp_path / "outside_run"
     write_run(outside, episodes=2)
     link = root / "escape"
@@ -283,7 +283,7 @@ def test_an_index_row_pointing_outside_the_run_is_refused(tmp_path: Path) -> Non
     assert run.episode("ep_000002") is None
     assert [p.line for p in run.problems if "path must be a relative path" in p.message] == [3]
     with pytest.raises(FrameError):
-        views.frame_for(run, episode="ep_000002")
+        run_pages.frame_for(run, episode="ep_000002")
 
 
 def test_core_parsing() -> None:

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import manifest, open_app, use_root
 from dashboard import figures
-from loaders import analysis_views as av
+from loaders import analysis_pages as ap
 from loaders import provenance as pv
 from loaders.run import open_run
 from mfm.memory import RunWriter
@@ -209,7 +209,7 @@ def test_node_detail(built) -> None:
 def test_contradictions_known_by_construction(built) -> None:
     path, (a, b, c) = built
     run = open_run(path)
-    prov = av.memory_provenance(run, "mine/GUIDE.md", 5)
+    prov = ap.memory_provenance(run, "mine/GUIDE.md", 5)
     by_text = {t: r for t, r in zip(prov["text"], prov.to_dict("records"))}
     iron = by_text[f"- [{IRON}] iron at (3, 4) ({a})"]
     assert (iron["contradicted_at"], iron["contradiction"], iron["now"]) == (15, "revised", "no iron at (3, 4)")
@@ -218,8 +218,8 @@ def test_contradictions_known_by_construction(built) -> None:
     assert (table["contradicted_at"], table["contradiction"], table["contradicting_sources"]) == (25, "retracted", c)
     assert int(prov["contradicted_at"].notna().sum()) == 2
     # same key, same value, more sources: no contradiction
-    assert av.memory_provenance(run, "mine/GUIDE.md", 15)["contradiction"].isna().sum() == len(
-        av.memory_provenance(run, "mine/GUIDE.md", 15)) - 1
+    assert ap.memory_provenance(run, "mine/GUIDE.md", 15)["contradiction"].isna().sum() == len(
+        ap.memory_provenance(run, "mine/GUIDE.md", 15)) - 1
     plan = pv.contradictions(run, "mine/working.md", 5)
     text = [b_.text.rstrip("\n") for b_ in run.memory_blame("mine/working.md", 5)]
     hits = {text[i - 1]: (s, k) for i, s, k in zip(plan["line"], plan["contradicted_at"], plan["contradiction"])

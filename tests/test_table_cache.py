@@ -1,4 +1,4 @@
-"""The derived table cache (``mfm.tablecache``): a cached open gives exactly what an
+"""The derived table cache (``loaders.tablecache``): a cached open gives exactly what an
 uncached one gives, on every sample run and on damaged copies; a changed file or a bad
 entry is a miss; nothing is written into a run folder; the cache can be turned off; and
 ``mfm validate`` never uses it."""
@@ -12,15 +12,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import mfm.fastread
+import loaders.fastread
 import mfm.validate
 from conftest import REPO
+from loaders import cachedread, tablecache
+from loaders.cachedread import validate
 from loaders.run import TABLE_NAMES, Run, signature
 from loaders.sources import DirSource
-from mfm import tablecache
 from mfm.memory.retrieval import FrameError
 from mfm.schema import TABLES
-from mfm.validate import validate
 
 SAMPLES = sorted(str(p.relative_to(REPO / "sample_runs")) for p in (REPO / "sample_runs").glob("**/run.json"))
 SAMPLES = [str(Path(s).parent) for s in SAMPLES]
@@ -42,7 +42,7 @@ class Calls:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.parsed: list[str] = []
         self.file_checks = 0
-        read_one, file_problems = mfm.validate._read_one, mfm.validate._file_problems
+        read_one, file_problems = cachedread._read_one, mfm.validate._file_problems
 
         def counted_read(path, name):
             self.parsed.append(name)
@@ -52,7 +52,7 @@ class Calls:
             self.file_checks += 1
             return file_problems(*a)
 
-        monkeypatch.setattr(mfm.validate, "_read_one", counted_read)
+        monkeypatch.setattr(cachedread, "_read_one", counted_read)
         monkeypatch.setattr(mfm.validate, "_file_problems", counted_checks)
 
     def reset(self) -> None:
@@ -103,7 +103,7 @@ def entries(cache: Path) -> list[Path]:
 @pytest.mark.parametrize("sample", SAMPLES)
 def test_cached_open_is_identical_on_sample_runs(sample, fast, cache, monkeypatch):
     if fast:
-        monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+        monkeypatch.setattr(loaders.fastread, "MIN_BYTES", 0)
     run = REPO / "sample_runs" / sample
     before = tree(run)
     calls = Calls(monkeypatch)
@@ -111,7 +111,7 @@ def test_cached_open_is_identical_on_sample_runs(sample, fast, cache, monkeypatc
     calls.reset()
     first = validate(run, cache=True)
     assert calls.file_checks == 1
-    big = [n for n in TABLES if (run / n).is_file() and (run / n).stat().st_size >= mfm.validate.CACHE_MIN_BYTES]
+    big = [n for n in TABLES if (run / n).is_file() and (run / n).stat().st_size >= cachedread.CACHE_MIN_BYTES]
     assert big and len(entries(cache)) == len(big) + 1, "one entry per table worth caching, one for the file checks"
     calls.reset()
     again = validate(run, cache=True)
@@ -153,7 +153,7 @@ def damaged_copy(tmp_path: Path, damage: str) -> Path:
 @pytest.mark.parametrize("damage", ["bad lines", "duplicate and disorder", "missing files"])
 def test_cached_open_is_identical_on_damaged_runs(tmp_path, damage, fast, monkeypatch, cache):
     if fast:
-        monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+        monkeypatch.setattr(loaders.fastread, "MIN_BYTES", 0)
     run = damaged_copy(tmp_path, damage)
     plain = validate(run)
     assert plain.problems, "the damage shows"
@@ -176,7 +176,7 @@ def _copy(tmp_path: Path, sample: str = "diamond_mfm_s2") -> Path:
 @pytest.mark.parametrize("fast", [False, True], ids=["default", "fast-path-for-all"])
 def test_an_appended_line_invalidates(tmp_path, monkeypatch, fast):
     if fast:
-        monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+        monkeypatch.setattr(loaders.fastread, "MIN_BYTES", 0)
     run = _copy(tmp_path)
     validate(run, cache=True)
     p = run / "steps.jsonl"
@@ -213,7 +213,7 @@ def test_a_same_size_rewrite_with_the_old_mtime_invalidates(tmp_path):
 @pytest.mark.parametrize("how", ["flip a byte", "truncate", "empty", "garbage", "valid frame, bad payload",
                                  "another file's entry"])
 def test_a_bad_cache_entry_is_ignored_and_rebuilt(tmp_path, monkeypatch, cache, how):
-    monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+    monkeypatch.setattr(loaders.fastread, "MIN_BYTES", 0)
     run = _copy(tmp_path)
     plain = validate(run)
     validate(run, cache=True)
@@ -233,11 +233,11 @@ def test_a_bad_cache_entry_is_ignored_and_rebuilt(tmp_path, monkeypatch, cache, 
     if how == "valid frame, bad payload":
         for i, name in enumerate(TABLES):
             st = tablecache.stamp(run / name)
-            if st and st[0] >= mfm.validate.CACHE_MIN_BYTES:
-                key = [*st, name, mfm.fastread.MIN_BYTES]
+            if st and st[0] >= cachedread.CACHE_MIN_BYTES:
+                key = [*st, name, loaders.fastread.MIN_BYTES]
                 tablecache.store("table", os.path.abspath(run / name), key, ("arrow", "json")[i % 2],
                                  b'{"rows": [[1, 2]]}')
-        tablecache.store("files", os.path.abspath(run), mfm.validate._files_key(run), "json", b'[["x"]]')
+        tablecache.store("files", os.path.abspath(run), cachedread._files_key(run), "json", b'[["x"]]')
     if how == "another file's entry":
         steps, turns = (tablecache._entry(cache, "table", os.path.abspath(run / n))
                         for n in ("steps.jsonl", "turns.jsonl"))
@@ -249,7 +249,7 @@ def test_a_bad_cache_entry_is_ignored_and_rebuilt(tmp_path, monkeypatch, cache, 
     assert "steps.jsonl" in calls.parsed, "the bad entry was not used"
     calls.reset()
     assert_same(plain, validate(run, cache=True))
-    assert calls.parsed == [n for n in TABLES if (run / n).stat().st_size < mfm.validate.CACHE_MIN_BYTES], \
+    assert calls.parsed == [n for n in TABLES if (run / n).stat().st_size < cachedread.CACHE_MIN_BYTES], \
         "rebuilt after the miss"
 
 

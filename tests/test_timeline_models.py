@@ -1,7 +1,7 @@
 """The Timeline shows an LLM policy's model requests (issue 11): marks per turn coloured by
 how its requests went, and each request (tokens, latency, cost, tool calls, failures) in the
 episode details. The runs are real: the real game driven through the scripted
-chat-completions server of ``test_llm_policy``."""
+chat-completions server of ``scripted_llm``."""
 from __future__ import annotations
 
 import base64
@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import use_root
+from conftest import open_app as app, texts, use_root
 from loaders import open_run
-from loaders.views import MAX_POINTS, model_calls, model_turns, timeline_marks
+from loaders.run_pages import MAX_POINTS, model_calls, model_turns, timeline_marks
 from mfm.agent import RunConfig, Runner
-from test_dashboard_apptest import app, texts
-from test_llm_policy import ScriptedModel, llm, serve
+from scripted_llm import ScriptedModel, llm, serve
+
+pytest.importorskip("openai")
 
 
 def _llm_run(out: Path, model: ScriptedModel, steps: int, **kw) -> None:

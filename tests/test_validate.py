@@ -9,7 +9,7 @@ import pytest
 
 from mfm.cli import main
 from mfm.schema import SCHEMA_VERSION
-from mfm.validate import validate
+from loaders.cachedread import validate
 
 from conftest import WrittenRun
 
@@ -123,11 +123,11 @@ def test_folders_that_are_not_runs(tmp_path, setup, message, capsys):
 
 
 def test_fast_path_reads_what_the_tolerant_reader_reads(written_run, tmp_path, monkeypatch):
-    import mfm.fastread
-    from mfm.fastread import read_columns
+    import loaders.fastread
+    from loaders.fastread import read_columns
     from mfm.schema import GridRow, IndexRow, StepRow, TurnRow, read_table
 
-    monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+    monkeypatch.setattr(loaders.fastread, "MIN_BYTES", 0)
     for name, rtype, order in (("steps.jsonl", StepRow, "step"), ("grid.jsonl", GridRow, None),
                                ("index.jsonl", IndexRow, None), ("turns.jsonl", TurnRow, None)):
         df = read_columns(written_run.dir / name, rtype, order)
@@ -154,9 +154,9 @@ def test_fast_path_reads_what_the_tolerant_reader_reads(written_run, tmp_path, m
     lambda ls: ls[:2] + [ls[2].replace(b'"action":"', b'"action":"\xff')] + ls[3:],
 ])
 def test_fast_path_falls_back_on_any_damage(written_run, tmp_path, monkeypatch, damage):
-    import mfm.fastread
+    import loaders.fastread
 
-    monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+    monkeypatch.setattr(loaders.fastread, "MIN_BYTES", 0)
     run = _damage(written_run, tmp_path)
     p = run / "steps.jsonl"
     p.write_bytes(b"".join(damage(p.read_bytes().splitlines(keepends=True))))
@@ -187,9 +187,9 @@ def test_turns_fast_path_falls_back_on_any_damage(written_run, tmp_path, monkeyp
 
 
 def _check_fallback(written_run, tmp_path, monkeypatch, name, damage):
-    import mfm.fastread
+    import loaders.fastread
 
-    monkeypatch.setattr(mfm.fastread, "MIN_BYTES", 0)
+    monkeypatch.setattr(loaders.fastread, "MIN_BYTES", 0)
     run = _damage(written_run, tmp_path)
     p = run / name
     before = p.read_bytes()

@@ -6,7 +6,7 @@
 - ``tools``: memory tools (search, inspect stored frames, read/write ``mine/``, consolidate)
 - ``policy``: :class:`MFMPolicy`, one decision per turn
 - ``runner``: :class:`Runner` / :func:`run`, the loop writing a run directory
-- ``samples`` / ``report``: regenerate sample runs; results table over seeds
+- ``report``: results table over seeds (the sample runs: :mod:`mfm.samples`)
 """
 from mfm.agent.atoms import ATOMS, AtomResult, Atoms
 from mfm.agent.config import ABLATIONS, METHODS, RunConfig

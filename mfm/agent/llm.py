@@ -36,14 +36,15 @@ from mfm.agent.atoms import ATOMS, AtomResult, Atoms, visible
 from mfm.agent.config import LLMConfig
 from mfm.agent.llm_tools import ACTIONS, ArgumentError, check_args, memory_tool_names, params_of, tool_specs
 from mfm.agent.modes import MFM, MemoryMode
-from mfm.agent.policy import Decision, MFMPolicy, PolicyGaveUp
+from mfm.agent.policy import MFMPolicy
+from mfm.agent.protocol import Decision, PolicyGaveUp
 from mfm.agent.tools import MemoryTools
 from mfm.envs import Perception, Task, decode_frame, estimate_daylight
 from mfm.memory import Fact, ProceduralMemory, Target, WorkingPlan
 from mfm.memory.agent_memory import MemoryPathError
 from mfm.memory.consolidation import GUIDE, WORKING
 from mfm.memory.procedures import PROC_DIR, ProcedureError, parse_procedure
-from mfm.memory.retrieval import FrameError, episode_frame
+from mfm.memory.retrieval import FrameError
 from mfm.schema import IndexRow
 
 INSTALL_HINT = 'pip install -e ".[llm]"  (or: pip install "openai>=1.40")'
@@ -191,9 +192,9 @@ class LLMPolicy(MFMPolicy):
     def _memory_text(self, tools: MemoryTools) -> str:
         parts = []
         if self.mode.notes:
-            working = tools.writer.memory.read(WORKING) or "(empty)"
+            working = tools.peek(WORKING) or "(empty)"
             parts.append(f"[WORKING MEMORY] {WORKING} (survives context resets)\n{working}")
-            guide = tools.writer.memory.read(GUIDE) or "(empty)"
+            guide = tools.peek(GUIDE) or "(empty)"
             limit = self.llm.guide_tokens * 4
             if len(guide) > limit:
                 guide = guide[:limit] + f"\n... ({len(guide) - limit} more characters: read_file {GUIDE})"
@@ -240,6 +241,10 @@ class LLMPolicy(MFMPolicy):
                            "total_tokens": 0, "cost_usd": 0.0, "estimated": False}
         self.turn_latency = 0.0
         return facts
+
+    def turn_cost(self) -> tuple[dict[str, Any] | None, float | None]:
+        """The model usage and latency (seconds) of this turn so far."""
+        return self.turn_usage, self.turn_latency
 
     def decide(self, p: Perception, tools: MemoryTools, source: str | None) -> Decision:
         """Ask the model until it names one valid action; memory tool calls run on the way."""
@@ -455,14 +460,14 @@ class LLMPolicy(MFMPolicy):
                                                 for h in hits[-limit:][::-1]]}
 
     def _inspect(self, args: dict[str, Any], tools: MemoryTools, images: list[dict[str, Any]]) -> dict[str, Any]:
-        ref: IndexRow | None = tools.writer.index.get(args["episode"])
+        ref = tools.episode(args["episode"])
         if ref is None or not ref.frames:
             raise ArgumentError(f"no stored frames for episode {args['episode']!r} (use an id from search)")
         i = int(args.get("frame", -1))
         i = ref.frames + i if i < 0 else i
         if not 0 <= i < ref.frames:
             raise ArgumentError(f"frame must be in 0..{ref.frames - 1} (or negative from the end)")
-        frame = episode_frame(tools.dir, ref, i)
+        frame = tools.frame(ref, i)
         step = ref.first_step + 1 + i
         pos = tools.position_at(step)
         tiles = decode_frame(frame, estimate_daylight(frame))
@@ -486,7 +491,7 @@ class LLMPolicy(MFMPolicy):
 
     def _write(self, args: dict[str, Any], tools: MemoryTools) -> dict[str, Any]:
         path, content, reason = args["path"], args["content"], args["reason"]
-        sources = [s for s in args.get("sources", []) if tools.writer.index.get(s) is not None]
+        sources = [s for s in args.get("sources", []) if tools.episode(s) is not None]
         norm = path if path.startswith("mine/") else f"mine/{path}"
         if norm.startswith(PROC_DIR + "/"):
             if not self.mode.procedures:
@@ -519,7 +524,7 @@ class LLMPolicy(MFMPolicy):
 
     def _consolidate(self, args: dict[str, Any], tools: MemoryTools) -> dict[str, Any]:
         facts = [Fact(f["key"], f["text"], f.get("section", "Notes"),
-                      tuple(s for s in f.get("sources", []) if tools.writer.index.get(s) is not None),
+                      tuple(s for s in f.get("sources", []) if tools.episode(s) is not None),
                       bool(f.get("retract", False))) for f in args.get("facts", [])]
         for f in facts:
             if "]" in f.key or "\n" in f.key + f.text:
@@ -555,7 +560,7 @@ class LLMPolicy(MFMPolicy):
         knowledge and plan is the model's job (the state block says when it is due)."""
         if not self.mode.notes:
             return
-        if reason == "start" and tools.writer.memory.read(WORKING) is None:
+        if reason == "start" and tools.peek(WORKING) is None:
             nxt = next((m for m in self.task.milestones if m not in p.achievements), "none")
             tools.consolidate([], WorkingPlan(goal=f"{self.task.name}: next milestone {nxt}",
                                               prediction="(no plan yet)"), "start")

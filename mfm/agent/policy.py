@@ -11,12 +11,13 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from mfm.agent.atoms import CRAFT, HOSTILE, AtomResult, Atoms, visible
 from mfm.agent.mapping import DIRS, MINE_TOOL, WALKABLE, Cell, NavMap, cheb, l1
 from mfm.agent.modes import MFM, MemoryMode
+from mfm.agent.protocol import Decision, PolicyGaveUp, Turn, TurnReport
 from mfm.agent.tools import MemoryTools, Sighting
 from mfm.envs import Perception, Task
 from mfm.memory import Fact, ProceduralMemory, Procedure, Target, WorkingPlan
@@ -32,22 +33,6 @@ SITE_LINE = re.compile(r"(?:collected (?P<item>\w+)|drank) at \((?P<x>-?\d+), (?
 PLACE_LINE = re.compile(r"placed (?P<item>table|furnace) at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
 LAVA_LINE = re.compile(r"lava next to me at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
 STATE_LINE = re.compile(r"^\[STATE\] at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
-
-
-class PolicyGaveUp(RuntimeError):
-    """The policy cannot decide any more (e.g. its model failed too often): the run stops
-    cleanly with status ``interrupted`` and this message as the end reason."""
-
-
-@dataclass
-class Decision:
-    """What the policy does this turn: one atom or one procedure, and why."""
-
-    kind: str
-    name: str
-    args: dict[str, Any]
-    goal: str
-    targets: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 def res_key(name: str, cell: Cell) -> str:
@@ -72,11 +57,10 @@ class MFMPolicy:
 
     ``mode`` (:class:`~mfm.agent.modes.MemoryMode`) decides what memory the policy may
     consult and write; everything else (atoms, survival, tech tree) is the same for every
-    method. ``seed`` seeds the exploration of the memoryless ``direct`` mode."""
+    method. ``seed`` seeds the exploration of the memoryless ``direct`` mode. The runner drives
+    it as a :class:`~mfm.agent.protocol.Policy`."""
 
     name = "mfm-scripted"
-    turn_usage: dict[str, Any] | None = None
-    turn_latency: float | None = None
 
     def __init__(self, task: Task, procedures: ProceduralMemory, inspect_episodes: int = 16,
                  inspect_stride: int = 2, mode: MemoryMode = MFM, seed: int = 0) -> None:
@@ -110,7 +94,7 @@ class MFMPolicy:
         """Where I have been (the state block's map), from the memory the mode has."""
         stood: list[Cell] = []
         if self.mode.coverage == "grid":
-            rows = tools.writer.grid.rows
+            rows = tools.grid_rows()
             stood = [(r.cell[0], r.cell[1]) for r in rows[self._grid_seen_upto:] if r.kind in ("walked", "opened")]
             self._grid_seen_upto = len(rows)
         elif self.mode.coverage == "trace":
@@ -188,7 +172,7 @@ class MFMPolicy:
         if self.mode.coverage is not None:
             lines.append(f"map: {len(self.seen)} cells seen")
         if self.mode.coverage == "grid":
-            kinds = Counter(r.kind for r in tools.writer.grid.rows)
+            kinds = Counter(r.kind for r in tools.grid_rows())
             lines.append("grid: " + " ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
         if self.mode.notes:
             plan = tools.plan_targets()
@@ -425,6 +409,23 @@ class MFMPolicy:
         facts = self.knowledge(p, tools)
         self.state_block = self.build_state(p, tools, facts)
         return facts
+
+    def play_turn(self, turn: Turn) -> TurnReport:
+        """The turn's decision (:meth:`decide`; with an outside decision, only :meth:`observe`)
+        and what it cost; a :class:`PolicyGaveUp` is reported, not raised."""
+        try:
+            if turn.decision is None:
+                d: Decision | None = self.decide(turn.perception, turn.tools, turn.source)
+            else:
+                self.observe(turn.perception, turn.tools)
+                d = turn.decision
+        except PolicyGaveUp as e:
+            return TurnReport(None, *self.turn_cost(), self.state_block, gave_up=e)
+        return TurnReport(d, *self.turn_cost(), self.state_block)
+
+    def turn_cost(self) -> tuple[dict[str, Any] | None, float | None]:
+        """The model usage and latency (seconds) of this turn: none for the scripted policy."""
+        return None, None
 
     def decide(self, p: Perception, tools: MemoryTools, source: str | None) -> Decision:
         """One decision from the perception and what memory returns."""
@@ -667,20 +668,18 @@ class MFMPolicy:
             cause, cell, ep = death
             new.append(Fact(f"hazard:death@{cell[0]},{cell[1]}", f"died of {cause} at ({cell[0]}, {cell[1]})",
                             "Hazards", (ep,)))
-        grid = tools.writer.grid
-        index = tools.writer.index
-        for r in grid.rows if self.mode.coverage == "grid" else ():
+        for r in tools.grid_rows() if self.mode.coverage == "grid" else ():
             if r.kind == "opened":
                 for name in ("stone", "coal", "iron", "diamond"):
                     key = res_key(name, (r.cell[0], r.cell[1]))
                     if key in facts:
-                        ref = index.episode_at(r.step)
+                        ref = tools.episode_at(r.step)
                         new.append(Fact(key, facts[key].text, sources=(ref.id,) if ref else (), retract=True))
-        for m in tools.writer.manifest.milestones:
+        for m in tools.milestones():
             key = f"rule:{m}"
             if key not in facts:
-                ep = next((r.id for r in index.query(tags=("milestone",), newest_first=False)
-                           if m in " ".join(r.events)), None) if self.mode.search == "index" else None
+                ep = next((r.id for r in tools.tagged("milestone") if m in " ".join(r.events)),
+                          None) if self.mode.search == "index" else None
                 new.append(Fact(key, f"{m} works as the rules say (confirmed)", "Rules", (ep,) if ep else ()))
         by_name: dict[str, list[tuple[int, str]]] = {}
         for key in facts:
@@ -710,7 +709,7 @@ class MFMPolicy:
         if not self.mode.notes:
             return
         plan = self._plan(p, tools.facts(), d.targets, d.goal)
-        if tools.writer.memory.read(WORKING) != plan.render():
+        if tools.peek(WORKING) != plan.render():
             tools.write(WORKING, plan.render(), reason=f"plan: {d.goal}")
 
     def summary(self) -> dict[str, Any]:

@@ -18,16 +18,25 @@ from mfm import __version__
 from mfm.agent.atoms import ATOMS, COLLECT_GIVES, AtomResult, Atoms, BudgetExhausted, Died, RunStopped
 from mfm.agent.config import RunConfig
 from mfm.agent.mapping import DIRS, NavMap
-from mfm.agent.policy import Decision, MFMPolicy, PolicyGaveUp
-from mfm.agent.tools import MemoryTools
+from mfm.agent.policy import MFMPolicy
+from mfm.agent.protocol import Decision, Policy, PolicyGaveUp, Turn
+from mfm.agent.tools import FrameReader, MemoryTools
 from mfm.envs import CrafterHarness, Perception, load_task
 from mfm.memory import ProceduralMemory, RunWriter, SpatialGrid
-from mfm.memory.appendlog import WriteError
+from mfm.memory.appendlog import Clock, WriteError
+from mfm.memory.retrieval import episode_frame
 from mfm.schema import SCHEMA_VERSION, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, StepRow, TurnRow
 
 FIXED_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 MOVES = {f"move_{k}": v for k, v in DIRS.items()}
 WALLS = frozenset({"water", "tree", "table", "furnace", "outside"})
+WriterFactory = Callable[[Path, RunManifest, Clock], RunWriter]
+"""Makes a run's writer from its directory, manifest and clock."""
+
+
+def record_run(run_dir: Path, manifest: RunManifest, clock: Clock) -> RunWriter:
+    """The writer of ``mfm run``: the run recorded to disk, each episode committed in the background."""
+    return RunWriter(run_dir, manifest, clock=clock, background_commit=True)
 
 
 class StepClock:
@@ -170,10 +179,15 @@ def _damage_cause(b: Perception, p: Perception) -> str:
 
 
 class Runner:
-    """One run: harness, memory, policy, and the turn loop."""
+    """One run: harness, memory, policy, and the turn loop.
+
+    ``writer`` makes the run's writer, ``harness`` is the game (by default a new
+    :class:`CrafterHarness` of the config's seed and frame size) and ``frames`` reads the
+    stored frames the policy inspects; the defaults are those of ``mfm run``."""
 
     def __init__(self, config: RunConfig, stop: Callable[[], bool] | None = None, command: str | None = None,
-                 progress: bool = False) -> None:
+                 progress: bool = False, *, writer: WriterFactory = record_run, harness: CrafterHarness | None = None,
+                 frames: FrameReader = episode_frame) -> None:
         self.config = config
         self.task = load_task(config.task)
         self.stop = stop
@@ -191,11 +205,11 @@ class Runner:
             milestone_order=self.task.milestones, status="running", started_at=started,
             ablations=tuple(config.ablations), policy=policy_name(config), package_version=__version__,
             command=command, config=config.to_manifest())
-        self.writer = RunWriter(Path(config.out), manifest, clock=self.clock or now_iso, background_commit=True)
-        self.harness = CrafterHarness(config.seed, size=config.frame_size)
-        self.tools = MemoryTools(self.writer)
+        self.writer = writer(Path(config.out), manifest, self.clock or now_iso)
+        self.harness = harness if harness is not None else CrafterHarness(config.seed, size=config.frame_size)
+        self.tools = MemoryTools(self.writer, frames)
         self.procedures = ProceduralMemory(self.writer.memory, ATOMS)
-        self.policy: MFMPolicy
+        self.policy: Policy
         if config.llm is not None:
             from mfm.agent.llm import LLMPolicy
 
@@ -216,13 +230,9 @@ class Runner:
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         """Reset the world and record the initial state as episode 0."""
-        p = self.harness.reset()
-        self.body = Recorder(self.harness, self.writer, self.config.budget, self.task.milestones, self.stop,
-                             self.clock)
-        rec = self.writer.begin_episode(kind="initial", life=0, turn=None, action_kind=None, first_step=0, action={})
-        self.writer.end_episode(rec, observation=p.frame, state=_state(p), outcome={}, summary="initial state",
-                                tags=["initial"], events=[], x=p.pos[0], y=p.pos[1], outcome_label=None,
-                                log_lines=[_state_line(p)])
+        self.body = start_run(self.harness, self.writer, self.config.budget, self.task.milestones, self.stop,
+                              self.clock)
+        p = self.body.perception
         self.tools.step = p.step
         self.policy.consolidation(p, self.tools, "start", None, None)
 
@@ -295,20 +305,17 @@ class Runner:
         self.tools.begin_turn(turn, p.step, p.life)
         plan_before = [{"x": x, "y": y, "label": lab} for x, y, lab in self.tools.plan_targets()]
         last_id = self.writer.index.rows[-1].id if self.writer.index.rows else None
-        try:
-            if decision is None:
-                d = self.policy.decide(p, self.tools, last_id)
-            else:
-                self.policy.observe(p, self.tools)
-                d = decision
-        except PolicyGaveUp as e:
+        report = self.policy.play_turn(Turn(p, self.tools, last_id, decision))
+        if report.gave_up is not None:
             self.writer.record_turn(TurnRow(
                 turn=turn, life=p.life, first_step=p.step, last_step=p.step, policy=self.policy.name,
                 calls=tuple(self.tools.calls), targets=(), plan_before=tuple(plan_before),
-                plan_after=tuple(plan_before), episodes=(), usage=self.policy.turn_usage,
-                latency_s=_rounded(self.policy.turn_latency), note=self.policy.state_block + f"\nno decision: {e}"))
+                plan_after=tuple(plan_before), episodes=(), usage=report.usage,
+                latency_s=_rounded(report.latency_s), note=report.state + f"\nno decision: {report.gave_up}"))
             self.turn += 1
-            raise
+            raise report.gave_up
+        d = report.decision
+        assert d is not None
         planned = {(t["x"], t["y"]) for t in plan_before}
         targets = [{"kind": k, "x": x, "y": y, "in_plan": (x, y) in planned} for k, x, y in d.targets]
         row, result, died = self._execute(d, turn)
@@ -331,8 +338,8 @@ class Runner:
         self.writer.record_turn(TurnRow(
             turn=turn, life=row.life, first_step=row.first_step, last_step=row.last_step, policy=self.policy.name,
             calls=tuple(self.tools.calls), targets=tuple(targets), plan_before=tuple(plan_before),
-            plan_after=tuple(plan_after), episodes=(row.id,), usage=self.policy.turn_usage,
-            latency_s=_rounded(self.policy.turn_latency), note=self.policy.state_block + f"\ndecision: {d.goal}"))
+            plan_after=tuple(plan_after), episodes=(row.id,), usage=report.usage,
+            latency_s=_rounded(report.latency_s), note=report.state + f"\ndecision: {d.goal}"))
         self.turn += 1
         if self.progress:
             self._progress()
@@ -413,11 +420,11 @@ class Runner:
             summary += "; " + "; ".join(got[:4])
         events = list(dict.fromkeys(body.events + [e for r in results for e in r.events]))
         return self.writer.end_episode(
-            rec, grid=body.grid, observation=p.frame, state=_state(p), outcome={
+            rec, grid=body.grid, observation=p.frame, state=episode_state(p), outcome={
                 "label": label, "reason": last.reason, "atoms": [{"label": r.label, "reason": r.reason} for r in results],
                 "damage": body.damage},
             summary=summary, tags=sorted(tags), events=events, x=p.pos[0], y=p.pos[1], outcome_label=label,
-            note=d.goal, log_lines=[_state_line(p)])
+            note=d.goal, log_lines=[state_line(p)])
 
     def _record_death(self, episode: str, step: int) -> None:
         """Queue the death event so that it is committed with the episode it ended."""
@@ -461,16 +468,30 @@ def _rounded(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
 
 
-def _state_line(p: Perception) -> str:
+def state_line(p: Perception) -> str:
     """The log's ``[STATE]`` line: where the player stands and how it is, when the episode ends."""
     vit = " ".join(f"{k} {v}" for k, v in p.vitals.items())
     return f"[STATE] at ({p.pos[0]}, {p.pos[1]}) life {p.life}, {vit}"
 
 
-def _state(p: Perception) -> dict[str, Any]:
+def episode_state(p: Perception) -> dict[str, Any]:
+    """An episode's ``state/state.json``: the structured state when it ends."""
     return {"step": p.step, "life": p.life, "pos": list(p.pos), "facing": list(p.facing), "vitals": p.vitals,
             "inventory": p.inventory, "achievements": sorted(p.achievements), "daylight": round(p.daylight, 3),
             "sleeping": p.sleeping}
+
+
+def start_run(harness: CrafterHarness, writer: RunWriter, budget: int, milestones: tuple[str, ...],
+              stop: Callable[[], bool] | None = None, clock: StepClock | None = None) -> Recorder:
+    """Reset the world and record its initial state as episode 0; return the body that
+    records the rest of the run (the start of every player: the agent and the Echo learner)."""
+    p = harness.reset()
+    body = Recorder(harness, writer, budget, milestones, stop, clock)
+    rec = writer.begin_episode(kind="initial", life=0, turn=None, action_kind=None, first_step=0, action={})
+    writer.end_episode(rec, observation=p.frame, state=episode_state(p), outcome={}, summary="initial state",
+                       tags=["initial"], events=[], x=p.pos[0], y=p.pos[1], outcome_label=None,
+                       log_lines=[state_line(p)])
+    return body
 
 
 def run(config: RunConfig, stop: Callable[[], bool] | None = None, command: str | None = None,

@@ -11,7 +11,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
+
+import numpy as np
 
 from mfm.agent.mapping import Cell
 from mfm.envs import decode_frame, estimate_daylight
@@ -19,9 +21,11 @@ from mfm.memory import Fact, IndexQuery, RunWriter, WorkingPlan, consolidate
 from mfm.memory.consolidation import GUIDE, WORKING, parse_guide, parse_plan_targets
 from mfm.memory.retrieval import FrameError, episode_frame, search
 from mfm.memory.run_writer import LOG_RULE
-from mfm.schema import LOGS, IndexRow
+from mfm.schema import LOGS, GridRow, IndexRow
 
 CENTRE_COLS, CENTRE_ROWS = range(2, 7), range(1, 6)
+FrameReader = Callable[[Path, IndexRow, int], np.ndarray]
+"""Reads frame ``i`` of an episode of a run directory (``retrieval.episode_frame``)."""
 DARK = 0.45
 
 
@@ -81,8 +85,9 @@ class TextLog:
 class MemoryTools:
     """The agent's access to its run directory's memory, with a per-turn call log."""
 
-    def __init__(self, writer: RunWriter) -> None:
+    def __init__(self, writer: RunWriter, frames: FrameReader = episode_frame) -> None:
         self.writer = writer
+        self._frames = frames
         self.dir: Path = writer.dir
         self.calls: list[dict] = []
         self.turn: int | None = None
@@ -151,6 +156,10 @@ class MemoryTools:
             self._load_trace()
         return self._trace.get(step)
 
+    def frame(self, ref: IndexRow, i: int) -> np.ndarray:
+        """Stored frame ``i`` of an episode (without logging); raises FrameError."""
+        return self._frames(self.dir, ref, i)
+
     def inspect(self, ref: IndexRow, want: Iterable[str], stride: int = 2, by: str = "search") -> list[Sighting]:
         """Decode every ``stride``-th stored frame of an episode; return the wanted tiles seen.
 
@@ -166,7 +175,7 @@ class MemoryTools:
             if pos is None:
                 continue
             try:
-                frame = episode_frame(self.dir, ref, i)
+                frame = self.frame(ref, i)
             except FrameError:
                 continue
             looked += 1
@@ -194,13 +203,38 @@ class MemoryTools:
         self.log("read", {"path": path}, {"chars": 0 if text is None else len(text)})
         return text
 
+    def peek(self, path: str) -> str | None:
+        """Read a ``mine/`` file without logging (what every turn's state is built from)."""
+        return self.writer.memory.read(path)
+
     def facts(self) -> dict[str, Fact]:
         """The facts of GUIDE.md (without logging; part of every turn's state block)."""
-        return parse_guide(self.writer.memory.read(GUIDE) or "")
+        return parse_guide(self.peek(GUIDE) or "")
 
     def plan_targets(self) -> list[tuple[int, int, str]]:
         """The targets of working.md (without logging)."""
-        return [(t.x, t.y, t.label) for t in parse_plan_targets(self.writer.memory.read(WORKING) or "")]
+        return [(t.x, t.y, t.label) for t in parse_plan_targets(self.peek(WORKING) or "")]
+
+    # -- the run's tables, read without logging ------------------------------------------------
+    def grid_rows(self) -> list[GridRow]:
+        """The spatial grid's rows, oldest first."""
+        return self.writer.grid.rows
+
+    def episode(self, ep_id: str) -> IndexRow | None:
+        """The index row of an episode, None if it is not in the index."""
+        return self.writer.index.get(ep_id)
+
+    def episode_at(self, step: int) -> IndexRow | None:
+        """The episode in which env step ``step`` was played."""
+        return self.writer.index.episode_at(step)
+
+    def tagged(self, tag: str) -> list[IndexRow]:
+        """The episodes tagged ``tag``, oldest first."""
+        return self.writer.index.query(tags=(tag,), newest_first=False)
+
+    def milestones(self) -> dict[str, int]:
+        """The milestones the run has reached, with the step of each (``run.json``)."""
+        return self.writer.manifest.milestones
 
     def write(self, path: str, content: str, reason: str, sources: Iterable[str] = ()) -> bool:
         """Write a ``mine/`` file with provenance; True if it changed."""

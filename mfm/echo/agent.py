@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 from mfm import __version__
 from mfm.agent.atoms import Atoms, Died, Halt
 from mfm.agent.mapping import MOVE_OF, WALKABLE, NavMap, l1, neighbours
-from mfm.agent.runner import Recorder, StepClock, _state, _state_line
+from mfm.agent.runner import Recorder, StepClock, episode_state, start_run, state_line
 from mfm.echo.csd import ATTEMPTS_FILE, CONFIGS, CSD
 from mfm.echo.ical import Attempt, describe, induce, precheck, refine, slots, task_name
 from mfm.echo.library import CSDLibrary, Match
@@ -142,13 +142,8 @@ class Learner:
         return self.body.perception
 
     def _start(self) -> None:
-        p = self.harness.reset()
-        self.body = Recorder(self.harness, self.writer, self.writer.manifest.step_budget, GOALS, None, self.clock)
-        self.nav.observe(p)
-        rec = self.writer.begin_episode(kind="initial", life=0, turn=None, action_kind=None, first_step=0, action={})
-        self.writer.end_episode(rec, observation=p.frame, state=_state(p), outcome={}, summary="initial state",
-                                tags=["initial"], events=[], x=p.pos[0], y=p.pos[1], outcome_label=None,
-                                log_lines=[_state_line(p)])
+        self.body = start_run(self.harness, self.writer, self.writer.manifest.step_budget, GOALS, clock=self.clock)
+        self.nav.observe(self.body.perception)
 
     def _episode(self, name: str, args: dict[str, Any], goal: str, body: Callable[[Atoms], tuple[bool, str]]) -> bool:
         """Run ``body`` as one MFM episode (recorded); raise AttemptOver on death or when
@@ -174,12 +169,12 @@ class Learner:
         p = self.p
         tags = sorted(self.body.tags | ({"failed"} if label == "failed" else set()))
         row = self.writer.end_episode(
-            rec, grid=self.body.grid, observation=p.frame, state=_state(p),
+            rec, grid=self.body.grid, observation=p.frame, state=episode_state(p),
             outcome={"label": label, "reason": reason, "atoms": [{"label": label, "reason": reason}],
                      "damage": self.body.damage},
             summary=f"{name}({', '.join(f'{k}={v}' for k, v in args.items())}) -> {label}: {reason}; "
                     f"{len(rec.steps)} steps", tags=tags, events=list(self.body.events), x=p.pos[0], y=p.pos[1],
-            outcome_label=label, note=goal, log_lines=[_state_line(p)])
+            outcome_label=label, note=goal, log_lines=[state_line(p)])
         self.writer.record_turn(TurnRow(
             turn=self.turn, life=row.life, first_step=row.first_step, last_step=row.last_step, policy=POLICY,
             calls=(), targets=(), plan_before=(), plan_after=(), episodes=(row.id,), note=f"echo goal: {goal}"))

@@ -118,14 +118,27 @@ class RunWriter:
         self.manifest = dataclasses.replace(self.manifest, **changes)
         self._write_manifest()
 
-    def begin_episode(self, **kw: Any) -> EpisodeRecording:
-        """Open an episode (see :meth:`EpisodeStore.begin`)."""
-        return self.episodes.begin(**kw)
+    def begin_episode(self, *, kind: str, life: int, turn: int | None, action_kind: str | None, first_step: int,
+                      action: dict[str, Any]) -> EpisodeRecording:
+        """Open an episode; it gets the next id and records steps until :meth:`end_episode`.
+
+        ``kind``: ``initial`` (the start of the run) or ``episode``; ``turn``: the agent's turn
+        (None for the initial state); ``action_kind``: the atom or procedure it runs;
+        ``first_step``: the env step it starts after; ``action``: the body of ``action.json``."""
+        return self.episodes.begin(kind=kind, life=life, turn=turn, action_kind=action_kind, first_step=first_step,
+                                   action=action)
 
     def end_episode(self, rec: EpisodeRecording, *, grid: Iterable[GridRow] = (), observation: np.ndarray,
-                    log_lines: Iterable[str] = (), **finalize: Any) -> IndexRow:
+                    state: dict[str, Any], outcome: dict[str, Any], summary: str, tags: list[str], events: list[str],
+                    x: float | None, y: float | None, outcome_label: str | None, note: str | None = None,
+                    log_lines: Iterable[str] = ()) -> IndexRow:
         """Commit a finished episode and everything that happened in it (see the module
-        docstring for the order); the returned row is in :attr:`index` at once."""
+        docstring for the order); the returned row is in :attr:`index` at once.
+
+        ``grid``: its spatial rows; ``observation``: the frame it ends on; ``state`` and
+        ``outcome``: the bodies of ``state/state.json`` and ``outcome.json``; ``summary``,
+        ``tags``, ``events``, ``x``, ``y``, ``outcome_label`` and ``note``: its index row
+        (:meth:`EpisodeStore.index_row`); ``log_lines``: more lines of its ``logs.txt`` section."""
         self.episodes.wait()
         self._steps.append(rec.steps)
         self._steps.flush()
@@ -134,7 +147,9 @@ class RunWriter:
         self.grid.flush()
         self._milestones.flush()
         self._lives.flush()
-        row = self.episodes.finalize(rec, observation=observation, then=self._commit_row, **finalize)
+        row = self.episodes.finalize(rec, observation=observation, state=state, outcome=outcome, summary=summary,
+                                     tags=tags, events=events, x=x, y=y, outcome_label=outcome_label, note=note,
+                                     then=self._commit_row)
         self.index.append(row)
         self._log_section(row, log_lines)
         self.manifest = dataclasses.replace(self.manifest, last_step=max(self.manifest.last_step, row.last_step))

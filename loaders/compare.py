@@ -1,9 +1,9 @@
 """The comparison tables of a sweep (paper Tables 2 and 4, appendix A.4, Figure 6), as markdown.
 
-    mfm results DIR                     # or: python -m mfm.agent.compare DIR
+    mfm results DIR                     # or: python -m loaders.compare DIR
     mfm results DIR --task diamond
 
-Every run under DIR is read (``loaders.open_runs``) and measured with ``loaders.analysis``;
+Every run under DIR is read (``loaders.open_runs``) and measured with ``loaders.paper_measures``;
 the definitions are in that module's docstring.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Sequence
 import pandas as pd
 
 from loaders import open_runs
-from loaders.analysis import (RADIUS, RunMeasures, interaction_table, measure, milestone_table, reach_table,
+from loaders.paper_measures import (RADIUS, RunMeasures, interaction_table, measure, milestone_table, reach_table,
                               retarget_table)
 
 

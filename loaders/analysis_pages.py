@@ -1,7 +1,8 @@
-"""Computations behind the analysis pages (retargeting, steps per turn, memory, progress).
+"""Computations behind the analysis pages (retargeting, steps per turn, memory, progress) and
+the paper figures.
 
 Plain functions over opened runs, no Streamlit. The statistics themselves come from
-:mod:`loaders.analysis`; this module shapes them into tables and series for the pages and
+:mod:`loaders.paper_measures`; this module shapes them into tables and series for the pages and
 the paper figures.
 """
 from __future__ import annotations
@@ -15,15 +16,15 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from loaders import analysis, provenance
-from loaders.analysis import RADIUS, Retargeting
+from loaders import paper_measures, provenance
+from loaders.paper_measures import RADIUS, Retargeting
 from loaders.run import Run
 from mfm.schema import IndexRow, TurnRow
 
 
 def method_of(run: Run) -> str:
     """The run's method as the tables name it (method plus ablations), or its folder name."""
-    return analysis.label(run.manifest) if run.manifest else run.name
+    return paper_measures.label(run.manifest) if run.manifest else run.name
 
 
 def seed_of(run: Run) -> int:
@@ -31,7 +32,7 @@ def seed_of(run: Run) -> int:
 
 
 def _method_key(name: str) -> tuple[int, str]:
-    return (analysis.ORDER.index(name) if name in analysis.ORDER else len(analysis.ORDER), name)
+    return (paper_measures.ORDER.index(name) if name in paper_measures.ORDER else len(paper_measures.ORDER), name)
 
 
 def _rate(num: int, den: int) -> float:
@@ -46,8 +47,8 @@ def _retarget_row(r: Retargeting) -> dict[str, Any]:
 
 
 def run_retargeting(run: Run, radius: float = RADIUS) -> Retargeting:
-    """The A.4 counts of one run (see :func:`loaders.analysis.retargeting`)."""
-    return analysis.retargeting(run.records("turns.jsonl"), run.records("index.jsonl"), radius)
+    """The A.4 counts of one run (see :func:`loaders.paper_measures.retargeting`)."""
+    return paper_measures.retargeting(run.records("turns.jsonl"), run.records("index.jsonl"), radius)
 
 
 def retarget_tables(runs: Sequence[tuple[str, Run]], radius: float = RADIUS) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -70,7 +71,7 @@ def _near(target: dict, looked: list[IndexRow], radius: float) -> tuple[bool, fl
 
 
 def _looked(turn: TurnRow, by_id: dict[str, IndexRow]) -> list[IndexRow]:
-    return [by_id[e] for e in analysis.inspected(turn) if e in by_id and by_id[e].x is not None]
+    return [by_id[e] for e in paper_measures.inspected(turn) if e in by_id and by_id[e].x is not None]
 
 
 def retarget_turns(run: Run, radius: float = RADIUS) -> pd.DataFrame:
@@ -80,7 +81,7 @@ def retarget_turns(run: Run, radius: float = RADIUS) -> pd.DataFrame:
     by_id = {r.id: r for r in run.records("index.jsonl")}
     rows = []
     for t in run.records("turns.jsonl"):
-        new = analysis.retargets(t)
+        new = paper_measures.retargets(t)
         if not new:
             continue
         looked = _looked(t, by_id)
@@ -138,7 +139,7 @@ def retarget_audit(run: Run, turn: int, radius: float = RADIUS) -> RetargetAudit
                 "last_step": row.last_step if row else None,
                 "found": [f"{f.get('name')} ({f.get('x')}, {f.get('y')}) @ {f.get('step')}"
                           for f in res.get("found") or [] if isinstance(f, dict)]})
-    for g in analysis.retargets(t):
+    for g in paper_measures.retargets(t):
         near, d = _near(g, [by_id[e] for e in looked], radius)
         out.targets.append({**g, "near": near, "nearest": None if math.isnan(d) else round(d, 1)})
     return out
@@ -258,14 +259,14 @@ def milestone_curve(run: Run) -> pd.DataFrame:
     return pd.DataFrame(pts, columns=["step", "milestones"]).drop_duplicates("step", keep="last")
 
 
-def measures(runs: Sequence[tuple[str, Run]]) -> list[analysis.RunMeasures]:
-    """:func:`loaders.analysis.measure` of every run with a manifest."""
-    return [analysis.measure(r) for _, r in runs if r.manifest is not None]
+def measures(runs: Sequence[tuple[str, Run]]) -> list[paper_measures.RunMeasures]:
+    """:func:`loaders.paper_measures.measure` of every run with a manifest."""
+    return [paper_measures.measure(r) for _, r in runs if r.manifest is not None]
 
 
-def milestone_summary(ms: Sequence[analysis.RunMeasures]) -> pd.DataFrame:
+def milestone_summary(ms: Sequence[paper_measures.RunMeasures]) -> pd.DataFrame:
     """The milestones table (mean ± std over seeds) in printable form."""
-    t = analysis.milestone_table(ms)
+    t = paper_measures.milestone_table(ms)
     if not len(t):
         return pd.DataFrame(columns=["method", "seeds", "milestones", "per seed"])
     return pd.DataFrame({"method": t["method"], "seeds": t["seeds"],

@@ -1,4 +1,4 @@
-"""Comparison measures over runs: milestones, retargeting after inspection, interaction cost,
+"""The paper's comparison measures over runs: milestones, retargeting after inspection, interaction cost,
 and how far back retrieval reaches. Plain functions (no Streamlit), so that the dashboard,
 ``mfm results`` and notebooks compute the same numbers.
 

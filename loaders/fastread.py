@@ -207,7 +207,7 @@ def read_columns(path: Path, rtype: type[Record], ordered_by: str | None = None,
 def read_arrow(path: Path, rtype: type[Record], ordered_by: str | None = None,
                unique: str | None = None) -> pa.Table | None:
     """:func:`read_columns` before the conversion to pandas: the Arrow table whose
-    ``to_pandas()`` is the DataFrame (what ``mfm.tablecache`` keeps), or None."""
+    ``to_pandas()`` is the DataFrame (what ``loaders.tablecache`` keeps), or None."""
     if rtype.check is not Record.check and rtype not in CROSS_CHECKS:
         return None
     try:

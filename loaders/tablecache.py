@@ -12,9 +12,9 @@ under a per-user cache folder so that reopening an unchanged run costs a file re
 - An entry is used only if the key stored in it equals the key computed now: the file's
   absolute path, size, modification and change times (ns), inode and device, the schema
   version, this cache's format version, the versions of pyarrow and DuckDB and a hash of
-  the source of the modules whose rules produced it (schema, fast path, validator, this
-  one). Its bytes carry a CRC-32; a missing, stale, foreign (other owner), truncated or
-  corrupted entry is ignored and rebuilt, never reported.
+  the source of the modules whose rules produced it (``rule_sources``: schema, validator,
+  fast path, cached reader, this one). Its bytes carry a CRC-32; a missing, stale, foreign
+  (other owner), truncated or corrupted entry is ignored and rebuilt, never reported.
 - Entries are written to a temporary file and renamed into place (``os.replace``), and
   only when the file's stat did not change while it was read and it was last modified more
   than ``RACY_SECONDS`` ago (a file written in the same clock tick could change without its
@@ -86,6 +86,16 @@ def racy(st: list[int] | None) -> bool:
 _CODE: str | None = None
 
 
+def rule_sources() -> list[Path]:
+    """The source files whose rules produce an entry: the schema and the validator (core),
+    the fast path, the cached reader and this module (loaders)."""
+    from mfm import schema, validate
+
+    here = Path(__file__).resolve().parent
+    return [Path(schema.__file__), Path(validate.__file__),
+            *(here / name for name in ("fastread.py", "cachedread.py", "tablecache.py"))]
+
+
 def code_key() -> str:
     """A hash of what produced an entry: versions and the source of the rule modules."""
     global _CODE
@@ -95,12 +105,11 @@ def code_key() -> str:
         from mfm import schema
 
         h = hashlib.sha256(f"{CACHE_VERSION}|{schema.SCHEMA_VERSION}|{pa.__version__}|{duckdb.__version__}".encode())
-        here = Path(__file__).resolve().parent
-        for name in ("schema.py", "fastread.py", "validate.py", "tablecache.py"):
+        for path in rule_sources():
             try:
-                h.update((here / name).read_bytes())
+                h.update(path.read_bytes())
             except OSError:
-                h.update(name.encode())
+                h.update(path.name.encode())
         _CODE = h.hexdigest()[:32]
     return _CODE
 

@@ -1,4 +1,6 @@
-"""Computations behind the dashboard pages: plain functions over run tables, no Streamlit.
+"""Computations behind the pages that show one run (Runs, Timeline, Frames, Spatial grid) and
+the frame helpers every page uses: plain functions over run tables, no Streamlit. The
+cross-run analysis pages are served by :mod:`loaders.analysis_pages`.
 
 Every function that feeds a chart bounds what it returns (``max_*`` arguments), binning or
 striding long runs so a 36,000-step run never sends a browser more than ~50k points. Frame
@@ -17,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from loaders.run import Run
-from mfm.boundary import UnsafePath, inside  # noqa: F401 - re-exported for the pages
+from mfm.envs.crafter_env import LOCAL_ROWS, VIEW
 from mfm.memory.retrieval import FrameError, ends_in_strip
 from mfm.schema import EPISODE_ID, IndexRow
 
@@ -29,8 +31,10 @@ MODEL_KINDS = ("model_ok", "model_retried", "model_failed")
 MARK_KINDS = ("milestone", "death", "search", "inspect", "memory_write", *MODEL_KINDS)
 DECISION_KINDS = ("search", "inspect", *MODEL_KINDS)
 """Marks made while deciding a turn (at its first step, before the action)."""
-TILES_X, TILES_Y, MAP_TILES_Y = 9, 9, 7
-"""Crafter frames are a 9x9 grid of tiles; the top 9x7 tiles are the map."""
+TILES_X, TILES_Y = VIEW
+MAP_TILES_Y = LOCAL_ROWS
+"""A Crafter frame in tiles, as the harness defines it (``mfm.envs.crafter_env``): a 9x9 grid
+whose top 9x7 tiles are the map."""
 
 
 EPISODE_IN_PATH = re.compile(r"ep_\d{6,}")

@@ -1,8 +1,10 @@
 """Regenerate the sample runs, byte-identical when nothing changed.
 
-    python -m mfm.agent.samples            # writes every run of SAMPLES and ECHO_SAMPLES under sample_runs/
-    python -m mfm.agent.samples --check    # regenerate elsewhere and compare every byte
-    python -m mfm.agent.samples --only echo [--check]   # the Echo learner samples alone
+    python -m mfm.samples            # writes every run of SAMPLES and ECHO_SAMPLES under sample_runs/
+    python -m mfm.samples --check    # regenerate elsewhere and compare every byte
+    python -m mfm.samples --only echo [--check]   # the Echo learner samples alone
+
+It sits above both the agent and the Echo learner (it runs the two), so neither imports it.
 
 ``diamond_mfm_s2`` is a full MFM diamond run (12,000-step budget; it ends at the diamond, at
 env step 976). The other methods run on the same seed (2) with a reduced budget of 2,500 env
@@ -33,7 +35,7 @@ SAMPLES: tuple[tuple[str, str, str, int, int | None], ...] = (
       for m in ("direct", "pro-long", "vista")),
 )
 """(folder, task, method, seed, step budget or None for the task's)."""
-COMMAND = "python -m mfm.agent.samples"
+COMMAND = "python -m mfm.samples"
 ECHO_SEED, ECHO_EPISODES = 5, 12
 ECHO_SAMPLES: tuple[tuple[str, str, int, int], ...] = tuple(
     (f"echo/{c}_s{ECHO_SEED}", c, ECHO_SEED, ECHO_EPISODES) for c in ("ical", "passive"))

@@ -1,0 +1,215 @@
+"""How the loaders read a run for :func:`mfm.validate.validate`: large clean tables through
+the fast path (``loaders.fastread``, kept as columns) and, when asked, unchanged tables and
+file checks served from the derived table cache (``loaders.tablecache``).
+
+The records, line numbers and problems are exactly those of the core's tolerant reader: the
+fast path only vouches that a file has no problem, and the cache only replays what was read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+import mfm.validate as core
+from loaders import fastread, tablecache
+from mfm.schema import TABLES, Problem
+from mfm.validate import EpisodeRef, FileCheck, RunContents, TableRead, read_one_table
+
+FAST_TABLES = {"index.jsonl": (None, "id"), "steps.jsonl": ("step", None), "grid.jsonl": (None, None),
+               "turns.jsonl": (None, None)}
+"""Large tables worth the fast path: the column each must be ordered by, the column whose
+values must all differ (duplicate episode ids go to the tolerant reader, which reports them)."""
+
+
+class LazyRecords(Sequence):
+    """Records of a table read as columns; built the first time one is asked for."""
+
+    def __init__(self, df: pd.DataFrame, rtype: type) -> None:
+        self.df = df
+        self.rtype = rtype
+        self._rows: list | None = None
+
+    def __len__(self) -> int:
+        return len(self.df)
+
+    def _build(self) -> list:
+        if self._rows is None:
+            kinds = self.rtype.KINDS
+            cols = {c: self.df[c].tolist() for c in self.df.columns}
+            conv = {c: _converter(kinds[c]) for c in cols}
+            self._rows = [self.rtype(**{c: conv[c](cols[c][i]) for c in cols}) for i in range(len(self.df))]
+        return self._rows
+
+    def __getitem__(self, i: int | slice) -> Any:
+        return self._build()[i]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._build())
+
+
+def _converter(kind: str) -> Callable[[Any], Any]:
+    """Turn a column value back into the record's field value."""
+    base = kind.rstrip("?")
+
+    def missing(v: Any) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
+
+    if base in ("dict", "counts"):
+        return lambda v: None if missing(v) else json.loads(v)
+    if base == "list":
+        return lambda v: None if missing(v) else tuple(json.loads(v))
+    if base in ("strs", "cell", "vec2"):
+        return lambda v: None if v is None else tuple(v.tolist() if hasattr(v, "tolist") else v)
+    if base == "int":
+        return lambda v: None if missing(v) else int(v)
+    return lambda v: None if missing(v) else v
+
+
+def read_one_table_fast(path: Path, name: str) -> TableRead:
+    """One table file of a run: the fast one-pass reader when it can vouch for every line,
+    else the core's tolerant line-by-line reader."""
+    return _read_one(path, name)[0]
+
+
+def _read_one(path: Path, name: str) -> tuple[TableRead, pa.Table | None]:
+    """:func:`read_one_table_fast`, and the Arrow table behind the columns (fast path only)."""
+    rtype = TABLES[name]
+    t = fastread.read_arrow(path, rtype, *FAST_TABLES[name]) if name in FAST_TABLES else None
+    if t is not None:
+        df = t.to_pandas()
+        return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df), t
+    return read_one_table(path, name), None
+
+
+CACHE_MIN_BYTES = 16 * 1024
+"""Smaller table files are read faster than a cache entry is checked; they are not cached."""
+
+
+def read_one_table_cached(path: Path, name: str) -> TableRead:
+    """:func:`read_one_table_fast` through ``loaders.tablecache``: the same result, served
+    from the cache while the file's stat is unchanged. Tables the fast path vouched for are
+    kept as Arrow columns; tables read line by line as their records, line numbers and problems."""
+    st = tablecache.stamp(path)
+    if st is None or st[0] < CACHE_MIN_BYTES or tablecache.cache_dir() is None:
+        return read_one_table_fast(path, name)
+    rtype = TABLES[name]
+    where = os.path.abspath(path)
+    key = [*st, name, fastread.MIN_BYTES]
+    hit = tablecache.load("table", where, key)
+    if hit is not None:
+        try:
+            return _decode_table(hit[0], hit[1], rtype)
+        except Exception:  # noqa: BLE001 - a bad entry is a miss, whatever is wrong with it
+            pass
+    read, arrow = _read_one(path, name)
+    if not tablecache.racy(st) and tablecache.stamp(path) == st:
+        try:
+            payload = tablecache.arrow_bytes(arrow) if arrow is not None else _encode_records(read, rtype)
+        except (TypeError, ValueError, pa.ArrowException):
+            return read
+        tablecache.store("table", where, key, "arrow" if arrow is not None else "json", payload)
+    return read
+
+
+_TUPLE_KINDS = ("strs", "list", "cell", "vec2")
+
+
+def _encode_records(t: TableRead, rtype: type) -> bytes:
+    """Records (exactly: ints, floats, key order, tuples), line numbers and problems as JSON."""
+    names = [f.name for f in dataclasses.fields(rtype)]
+    rows = [[n, *(list(v) if isinstance(v, tuple) else v for v in (getattr(r, f) for f in names))]
+            for n, r in zip(t.lines, t.records)]
+    return b'{"rows":' + json.dumps(rows, separators=(",", ":")).encode() + b',"problems":' + _problems_json(
+        t.problems) + b"}"
+
+
+def _decode_table(kind: str, payload: memoryview, rtype: type) -> TableRead:
+    names = [f.name for f in dataclasses.fields(rtype)]
+    if kind == "arrow":
+        t = tablecache.arrow_table(payload)
+        if t.column_names != names:
+            raise ValueError("columns differ")
+        df = t.to_pandas()
+        return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df)
+    if kind != "json":
+        raise ValueError(kind)
+    doc = json.loads(bytes(payload))
+    tuples = [i for i, n in enumerate(names) if rtype.KINDS[n].rstrip("?") in _TUPLE_KINDS]
+    records, lines = [], []
+    for row in doc["rows"]:
+        if len(row) != len(names) + 1:
+            raise ValueError("row length")
+        values = row[1:]
+        for i in tuples:
+            if values[i] is not None:
+                values[i] = tuple(values[i])
+        records.append(rtype(*values))
+        lines.append(int(row[0]))
+    return TableRead(records, lines, tuple(_problems(doc["problems"])))
+
+
+def _problems_json(problems: Sequence[Problem]) -> bytes:
+    return json.dumps([[p.file, p.line, p.message, p.severity] for p in problems], separators=(",", ":")).encode()
+
+
+def _problems(items: list) -> list[Problem]:
+    """Problems from :func:`_problems_json`'s lists (raises on anything else)."""
+    return [Problem(str(f), int(n), str(m), str(s)) for f, n, m, s in items]
+
+
+def _files_key(run_dir: Path) -> list | None:
+    """What a cached file check depends on: the stat of the index and of ``episodes/``
+    (whose modification time changes when an episode folder is added, removed or renamed;
+    not when a file inside one is)."""
+    index, episodes = tablecache.stamp(run_dir / "index.jsonl"), tablecache.stamp(run_dir / "episodes")
+    if index is None or episodes is None or tablecache.cache_dir() is None:
+        return None
+    return [index, episodes]
+
+
+class CachedFileCheck(FileCheck):
+    """The file checks kept in the table cache, reused while ``index.jsonl`` and the
+    ``episodes/`` folder keep the stat they had before the index was read (``key``; so a
+    file deleted or added inside an episode folder after the check was cached is not seen)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir)
+        self.key = _files_key(run_dir)
+
+    def known(self) -> list[Problem] | None:
+        # the index just read is the one of this key only if its stat did not move meanwhile
+        if self.key is not None and _files_key(self.run_dir) != self.key:
+            self.key = None
+        hit = tablecache.load("files", os.path.abspath(self.run_dir), self.key) if self.key is not None else None
+        if hit is None:
+            return None
+        try:
+            return _problems(json.loads(bytes(hit[1])))
+        except (ValueError, TypeError):
+            return None
+
+    def run(self, refs: list[EpisodeRef]) -> list[Problem]:
+        """The checks, kept in the cache if every episode folder is under ``episodes/`` and
+        nothing they depend on changed while they ran."""
+        key = self.key if all(path.rpartition("/")[0] == "episodes" for _, _, path, _, _ in refs) else None
+        out = super().run(refs)
+        if key is not None and _files_key(self.run_dir) == key and not any(tablecache.racy(k) for k in key):
+            tablecache.store("files", os.path.abspath(self.run_dir), key, "json", _problems_json(out))
+        return out
+
+
+def validate(run_dir: Path, frames: bool = False, cache: bool = False) -> RunContents:
+    """:func:`mfm.validate.validate` with the fast path: the same problems, records and line
+    numbers, large clean tables kept as columns (``RunContents.columns``). ``cache``: serve
+    unchanged tables and file checks from ``loaders.tablecache`` (the loaders do; ``mfm
+    validate`` does not: it reads and stats everything, every time)."""
+    return core.validate(run_dir, frames, read=read_one_table_cached if cache else read_one_table_fast,
+                         files=CachedFileCheck if cache else FileCheck)

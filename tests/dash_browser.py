@@ -1,0 +1,90 @@
+"""Test helper: the dashboard served by `mfm dashboard ROOT --port P` for a real browser
+(Playwright + Chromium). The ``browser`` and ``page`` fixtures are in ``conftest.py``."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import urlencode
+
+import pytest
+
+CHROMIUM = os.environ.get("MFM_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+REPO = Path(__file__).resolve().parent.parent
+"""The checkout under test: the server runs its ``mfm.cli`` (not whatever ``mfm`` is installed)."""
+SHOTS = REPO / "test-artifacts" / "screenshots"
+
+needs_browser = pytest.mark.skipif(
+    not Path(CHROMIUM).is_file() and not os.environ.get("MFM_REQUIRE_BROWSER"),
+    reason=f"no Chromium at {CHROMIUM} (set MFM_CHROMIUM or apt-get install chromium); "
+           "CI sets MFM_REQUIRE_BROWSER so that this fails instead")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def dashboard(root: Path, log_dir: Path) -> Iterator[str]:
+    """`mfm dashboard ROOT` on a free port, as a subprocess of this checkout; yields its URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "mfm.cli", "dashboard", str(root), "--port", str(port)]
+    log = open(log_dir / "server.log", "w+")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 180  # a guard against a hang, generous for a loaded machine
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.3)
+        if proc.poll() is not None:
+            break
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+        log.seek(0)
+        pytest.fail(f"the dashboard did not start:\n{log.read()}")
+    if proc.poll() is not None:
+        log.seek(0)
+        pytest.fail(f"the dashboard exited:\n{log.read()}")
+    try:
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def settle(pg, timeout: float = 45) -> None:
+    """Wait until Streamlit has finished running the script and the page stopped changing."""
+    pg.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
+    deadline = time.time() + timeout
+    quiet = 0
+    while time.time() < deadline:
+        running = pg.locator('[data-testid="stStatusWidget"]').count() > 0
+        skeleton = pg.locator('[data-testid="stSkeleton"]').count() > 0
+        quiet = quiet + 1 if not running and not skeleton else 0
+        if quiet >= 4:
+            break
+        time.sleep(0.25)
+    pg.wait_for_load_state("networkidle")
+
+
+def url(base: str, path: str, **params: str) -> str:
+    return f"{base}/{path}" + (f"?{urlencode(params)}" if params else "")
