@@ -22,13 +22,13 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
 from loaders.run import Run
-from mfm.memory.agent_memory import Blame, apply_diff, sha256
+from mfm.memory.agent_memory import Blame, replay
 from mfm.memory.consolidation import FACT_LINE, GUIDE, PLAN_LINE, WORKING, parse_plan_targets
 from mfm.memory.procedures import PROC_DIR
 from mfm.schema import MemoryWrite
@@ -53,31 +53,6 @@ def kind_of(path: str) -> str:
     if path.startswith(PROC_DIR + "/"):
         return "procedure"
     return "plan" if path == WORKING else "file"
-
-
-def memory_versions(writes: Iterable[MemoryWrite], problems: list[str] | None = None
-                    ) -> Iterator[tuple[MemoryWrite, str | None, str | None]]:
-    """Every write with its file's text before and after it, replayed once in log order.
-    A hunk that does not fit keeps the old text; such writes (and hash mismatches) are noted
-    in ``problems`` instead of raising."""
-    current: dict[str, str | None] = {}
-    for w in writes:
-        old = current.get(w.path)
-        if w.op == "delete":
-            new = None
-        elif w.snapshot is not None:
-            new = w.snapshot
-        else:
-            try:
-                new = apply_diff(old or "", w.diff or ())
-            except ValueError as e:
-                new = old
-                if problems is not None:
-                    problems.append(f"memory_writes.jsonl: write {w.seq} ({w.path}) cannot be applied: {e}")
-        if new is not None and problems is not None and sha256(new) != w.sha256:
-            problems.append(f"memory_writes.jsonl: write {w.seq} ({w.path}) does not rebuild to its recorded hash")
-        current[w.path] = new
-        yield w, old, new
 
 
 def _knowledge_line(line: str) -> tuple[str, str, tuple[str, ...]] | None:
@@ -216,7 +191,11 @@ def build_graph(run: Run) -> Graph:
 
     memo: dict = {}
     lines: dict[str, set[str]] = {}
-    for w, old, new in memory_versions(run.records("memory_writes.jsonl"), problems):
+    for w, old, new, error, hash_ok in replay(run.records("memory_writes.jsonl")):
+        if error is not None:
+            problems.append(f"memory_writes.jsonl: write {w.seq} ({w.path}) cannot be applied: {error}")
+        if not hash_ok:
+            problems.append(f"memory_writes.jsonl: write {w.seq} ({w.path}) does not rebuild to its recorded hash")
         kind = kind_of(w.path)
         if kind == "knowledge":
             before = lines[w.path] if w.path in lines else set((old or "").splitlines())
@@ -397,7 +376,7 @@ class NodeDetail:
 
 def file_at(run: Run, path: str, seq: int) -> tuple[str | None, str | None, MemoryWrite | None]:
     """``path`` just before and just after write ``seq``, and that write."""
-    for w, old, new in memory_versions(run.records("memory_writes.jsonl")):
+    for w, old, new, *_ in replay(run.records("memory_writes.jsonl")):
         if w.seq == seq and w.path == path:
             return old, new, w
     return None, None, None
@@ -458,7 +437,7 @@ def removal_steps(run: Run, path: str, as_of_step: int | None, lines: list[Blame
     if as_of_step is None:
         return removed
     origin: list[int | None] = list(range(len(lines)))
-    for w, old, new in memory_versions(run.records("memory_writes.jsonl")):
+    for w, old, new, *_ in replay(run.records("memory_writes.jsonl")):
         if w.path != path or w.step <= as_of_step:
             continue
         a, b = (old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True)
@@ -530,7 +509,7 @@ def contradictions(run: Run, path: str, as_of_step: int | None, blamed: list[Bla
     """
     blamed = run.memory_blame(path, as_of_step) if blamed is None else blamed
     lines = [b.text.rstrip("\n") for b in blamed]
-    later = [(w, new) for w, _, new in memory_versions(run.records("memory_writes.jsonl"))
+    later = [(w, new) for w, _, new, *_ in replay(run.records("memory_writes.jsonl"))
              if w.path == path and as_of_step is not None and w.step > as_of_step]
     found: list[tuple[MemoryWrite, str, str] | None] = [None] * len(lines)
     kind = kind_of(path)

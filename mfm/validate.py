@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from mfm.memory.agent_memory import apply_diff, sha256
+from mfm.memory.agent_memory import replay
 from mfm.boundary import UnsafePath, inside
 from mfm.memory.retrieval import FrameError, check_end_frame, decode_png, ends_in_strip
-from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, MemoryWrite, Problem, RunManifest,
+from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, Problem, RunManifest,
                         StepRow, frame_chunk, read_manifest, read_table)
 
 
@@ -129,30 +129,17 @@ def _check_steps_order(c: RunContents) -> None:
 
 def _check_memory_history(c: RunContents) -> None:
     """Every write must rebuild to its recorded hash; a broken one is reported once per file."""
-    text: dict[str, str | None] = {}
     broken: set[str] = set()
-    for n, w in zip(c.lines["memory_writes.jsonl"], c.tables["memory_writes.jsonl"]):
-        w: MemoryWrite
-        if w.op == "delete":
-            text[w.path] = None
+    for n, (w, _, _, error, hash_ok) in zip(c.lines["memory_writes.jsonl"],
+                                            replay(c.tables["memory_writes.jsonl"], strict=True)):
+        if error is None and hash_ok:
             broken.discard(w.path)
             continue
-        try:
-            new = w.snapshot if w.snapshot is not None else apply_diff(text.get(w.path) or "", w.diff or ())
-        except ValueError as e:
-            new = None
-            reason = str(e)
-        else:
-            reason = "content does not match its sha256"
-        if new is not None and sha256(new) == w.sha256:
-            text[w.path] = new
-            broken.discard(w.path)
-        else:
-            text[w.path] = None
-            if w.path not in broken:
-                c.problems.append(Problem("memory_writes.jsonl", n,
-                                          f"{w.path}: version {w.seq} cannot be rebuilt ({reason})"))
-            broken.add(w.path)
+        if w.path not in broken:
+            reason = error if error is not None else "content does not match its sha256"
+            c.problems.append(Problem("memory_writes.jsonl", n,
+                                      f"{w.path}: version {w.seq} cannot be rebuilt ({reason})"))
+        broken.add(w.path)
 
 
 EpisodeRef = tuple[int, str, str, str | None, int]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from mfm.memory import (AgentMemory, EpisodeIndex, Fact, ProceduralMemory, Procedure, ProcedureError, SpatialGrid,
                         Target, WorkingPlan, consolidate, parse_procedure)
-from mfm.memory.agent_memory import MemoryPathError, apply_diff, make_diff
+from mfm.memory.agent_memory import MemoryPathError, apply_diff, make_diff, rebuild, replay
 from mfm.memory.appendlog import AppendLog
 from mfm.memory.consolidation import GUIDE, parse_guide, parse_plan_targets
 from mfm.memory.retrieval import (FrameError, compare, crop, crop_tiles, difference, enlarge, episode_frame,
@@ -228,6 +229,24 @@ def test_delete_and_rebuild(tmp_path: Path):
     assert problems == []
     assert [again.read("n.md", s) for s in (0, 1, 2, 3)] == [None, "one\n", None, "two\n"]
     assert again.files(as_of_step=2) == []
+
+
+def test_replay_of_a_damaged_history(tmp_path: Path):
+    mem = AgentMemory(tmp_path)
+    for step, text in enumerate(("a\n", "a\nb\n")):
+        mem.write("n.md", text, author="a", reason="r", step=step)
+    w = mem.writes
+    assert [v.text() for v in replay(w)] == ["a\n", "a\nb\n"]
+    misfit, bad_hash = replace(w[1], diff=((5, 6, ("z\n",)),)), replace(w[0], seq=2, sha256="0" * 64)
+    damaged = [w[0], misfit, bad_hash]
+    lenient = [(v.before, v.after, v.error is not None, v.hash_ok) for v in replay(damaged)]
+    assert lenient == [(None, "a\n", False, True), ("a\n", "a\n", True, False), ("a\n", "a\n", False, False)]
+    strict = [(v.before, v.after, v.error is not None, v.hash_ok) for v in replay(damaged, strict=True)]
+    assert strict == [(None, "a\n", False, True), ("a\n", None, True, True), (None, None, False, False)]
+    with pytest.raises(ValueError, match="does not fit"):
+        rebuild(damaged, "mine/n.md")
+    with pytest.raises(ValueError, match="recorded hash"):
+        rebuild([w[0], bad_hash], "mine/n.md")
 
 
 ATOMS = ("go_to", "collect", "place", "craft")

@@ -10,23 +10,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from mfm.agent import events
 from mfm.agent.mapping import (DIRS, MINE_TOOL, MOVE_OF, WALKABLE, Cell, NavMap, cheb, l1, neighbours,
                                path_to)
 from mfm.envs import Perception
+from mfm.envs.rules import load_rules
 
 ATOMS: tuple[str, ...] = ("go_to", "look_at", "face", "collect", "place", "craft", "drink", "eat", "sleep",
                           "shelter", "explore", "attack")
-PLACE_WHERE = {"table": WALKABLE, "furnace": WALKABLE, "stone": WALKABLE | {"water", "lava"},
-               "plant": frozenset({"grass"})}
-PLACE_COST = {"table": {"wood": 2}, "furnace": {"stone": 4}, "stone": {"stone": 1}, "plant": {"sapling": 1}}
-CRAFT = {
-    "wood_pickaxe": ({"wood": 1}, ("table",)), "wood_sword": ({"wood": 1}, ("table",)),
-    "stone_pickaxe": ({"wood": 1, "stone": 1}, ("table",)), "stone_sword": ({"wood": 1, "stone": 1}, ("table",)),
-    "iron_pickaxe": ({"wood": 1, "coal": 1, "iron": 1}, ("table", "furnace")),
-    "iron_sword": ({"wood": 1, "coal": 1, "iron": 1}, ("table", "furnace")),
-}
-COLLECT_GIVES = {"tree": "wood", "stone": "stone", "coal": "coal", "iron": "iron", "diamond": "diamond",
-                 "grass": "sapling"}
+_RULES = load_rules()
+PLACE_WHERE: dict[str, frozenset[str]] = {item: frozenset(r["where"]) for item, r in _RULES["place"].items()}
+"""Item -> the cells it can be placed on."""
+PLACE_COST: dict[str, dict[str, int]] = {item: dict(r["uses"]) for item, r in _RULES["place"].items()}
+CRAFT: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
+    tool: (dict(r["uses"]), tuple(r["nearby"])) for tool, r in _RULES["make"].items()}
+"""Tool -> (materials used, stations that must be nearby)."""
+COLLECT_GIVES: dict[str, str] = {material: item for material, r in _RULES["collect"].items()
+                                 for item in r["receive"] if item not in _RULES["vitals"]}
+"""Material -> the inventory item collecting it gives (drinking water, a vital, is not collecting)."""
 HOSTILE = frozenset({"zombie", "skeleton"})
 
 
@@ -259,7 +260,7 @@ class Atoms:
         for _ in range(12 if material == "grass" else 3):
             p = self.act("do")
             if p.inventory.get(item, 0) > before:
-                return AtomResult("done", f"got {item}", events=[f"collected {item} at {target}"])
+                return AtomResult("done", f"got {item}", events=[events.collected(item, target)])
             if self.nav.name(target) != material:
                 break
         return AtomResult("failed", f"{material} at {target} gave nothing")
@@ -283,7 +284,7 @@ class Atoms:
             if threat(self.p):
                 break
         got = self.p.vitals["drink"] - start
-        return AtomResult("done" if got > 0 else "failed", f"drank {got}", events=[f"drank at {target}"] if got else [])
+        return AtomResult("done" if got > 0 else "failed", f"drank {got}", events=[events.drank(target)] if got else [])
 
     def atom_eat(self, max_steps: int = 40) -> AtomResult:
         """Hunt the nearest visible cow and eat it."""
@@ -292,7 +293,7 @@ class Atoms:
         while self.steps - start < max_steps:
             p = self.p
             if p.vitals["food"] > food:
-                return AtomResult("done", "ate a cow", events=["ate cow"])
+                return AtomResult("done", "ate a cow", events=[events.ate("cow")])
             cows = visible(p, {"cow"})
             if not cows:
                 return AtomResult("failed", "no cow in view")
@@ -364,7 +365,7 @@ class Atoms:
                     inv = self.p.inventory.get(next(iter(need)), 0)
                     self.act(f"place_{item}")
                     if self.p.inventory.get(next(iter(need)), 0) < inv:
-                        return AtomResult("done", f"placed {item} at {c}", events=[f"placed {item} at {c}"],
+                        return AtomResult("done", events.placed(item, c), events=[events.placed(item, c)],
                                           found=[(item, c)])
                 if self.p.pos != p.pos:
                     break
@@ -408,7 +409,7 @@ class Atoms:
         before = self.p.inventory.get(item, 0)
         self.act(f"make_{item}")
         if self.p.inventory.get(item, 0) > before:
-            return AtomResult("done", f"made {item}", events=[f"made {item}"])
+            return AtomResult("done", f"made {item}", events=[events.made(item)])
         return AtomResult("failed", f"make_{item} did nothing")
 
     # -- rest -----------------------------------------------------------------------------
@@ -470,7 +471,7 @@ class Atoms:
         self.act("place_stone")
         if self.nav.name(entry) != "stone":
             return AtomResult("failed", "entrance not sealed")
-        return AtomResult("done", f"sealed in at {s}", events=[f"shelter at {s}"], found=[("stone", entry)])
+        return AtomResult("done", f"sealed in at {s}", events=[events.shelter(s)], found=[("stone", entry)])
 
     def atom_sleep(self, until_day: bool = False, max_steps: int = 300) -> AtomResult:
         """Sleep until rested (the game wakes the player when energy is full or when hurt);
@@ -484,7 +485,7 @@ class Atoms:
                 return AtomResult("interrupted", "woken by damage")
             health = min(health, p.vitals["health"]) if p.sleeping else p.vitals["health"]
             if not p.sleeping and self.steps - start > 1 and (not until_day or p.daylight >= 0.5):
-                return AtomResult("done", f"slept, energy {p.vitals['energy']}", events=["woke up"])
+                return AtomResult("done", f"slept, energy {p.vitals['energy']}", events=[events.woke_up()])
             if until_day and (p.vitals["food"] == 0 or p.vitals["drink"] == 0) and not p.sleeping:
                 return AtomResult("interrupted", "hungry or thirsty")
             self.act("sleep" if p.vitals["energy"] < 9 else "noop")

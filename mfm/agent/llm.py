@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from mfm.agent import events
 from mfm.agent.atoms import ATOMS, AtomResult, Atoms, visible
 from mfm.agent.config import LLMConfig
 from mfm.agent.llm_tools import ACTIONS, ArgumentError, check_args, memory_tool_names, params_of, tool_specs
@@ -566,7 +567,7 @@ class LLMPolicy(MFMPolicy):
                                               prediction="(no plan yet)"), "start")
         if death is not None:
             cause, cell, ep = death
-            tools.consolidate([Fact(f"hazard:death@{cell[0]},{cell[1]}", f"died of {cause} at ({cell[0]}, {cell[1]})",
+            tools.consolidate([Fact(f"hazard:death@{cell[0]},{cell[1]}", events.died_of(cause, cell),
                                     "Hazards", (ep,))], None, "death")
 
     def update_plan(self, p: Perception, d: Decision, tools: MemoryTools) -> None:

@@ -9,11 +9,11 @@ again by searching the index and inspecting that episode's frames. It returns on
 from __future__ import annotations
 
 import random
-import re
 from collections import Counter, deque
 from dataclasses import replace
 from typing import Any
 
+from mfm.agent import events
 from mfm.agent.atoms import CRAFT, HOSTILE, AtomResult, Atoms, visible
 from mfm.agent.mapping import DIRS, MINE_TOOL, WALKABLE, Cell, NavMap, cheb, l1
 from mfm.agent.modes import MFM, MemoryMode
@@ -29,10 +29,7 @@ SEEK_BY_FRAMES = ("water", "tree", "stone", "coal", "iron", "diamond")
 MINERALS = frozenset({"stone", "coal", "iron", "diamond"})
 RESOURCE_SECTION = "Resources"
 ITEM_TILE = {"wood": "tree", "stone": "stone", "coal": "coal", "iron": "iron", "diamond": "diamond"}
-SITE_LINE = re.compile(r"(?:collected (?P<item>\w+)|drank) at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
-PLACE_LINE = re.compile(r"placed (?P<item>table|furnace) at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
-LAVA_LINE = re.compile(r"lava next to me at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
-STATE_LINE = re.compile(r"^\[STATE\] at \((?P<x>-?\d+), (?P<y>-?\d+)\)")
+STATIONS = ("table", "furnace")
 
 
 def res_key(name: str, cell: Cell) -> str:
@@ -105,9 +102,9 @@ class MFMPolicy:
             tools.text_log.refresh()
             lines = tools.text_log.lines
             for ln in lines[self._log_upto:]:
-                m = STATE_LINE.match(ln.text)
-                if m:
-                    stood.append((int(m["x"]), int(m["y"])))
+                ev = events.parse(ln.text)
+                if ev is not None and ev.kind == events.STATE and ev.cell is not None:
+                    stood.append(ev.cell)
             self._log_upto = len(lines)
         for x, y in stood:
             for dx in range(-4, 5):
@@ -124,11 +121,12 @@ class MFMPolicy:
         if self.mode.search == "log":
             tools.text_log.refresh()
             for ln in tools.text_log.lines:
-                for rx, kind in ((PLACE_LINE, "place"), (LAVA_LINE, "hazard")):
-                    m = rx.search(ln.text)
-                    if m:
-                        name = m.groupdict().get("item") or "lava"
-                        key = f"{kind}:{name}@{m['x']},{m['y']}"
+                found = events.find(ln.text)
+                place = next((e for e in found if e.kind == events.PLACED and e.item in STATIONS), None)
+                lava = next((e for e in found if e.kind == events.LAVA), None)
+                for kind, ev in (("place", place), ("hazard", lava)):
+                    if ev is not None and ev.cell is not None:
+                        key = f"{kind}:{ev.item or 'lava'}@{ev.cell[0]},{ev.cell[1]}"
                         facts[key] = Fact(key, ln.text, "Log", (ln.episode,))
             return facts
         for name, cell in visible(p, {"table", "furnace"}):
@@ -255,17 +253,17 @@ class MFMPolicy:
         lo = self.sites_until + 1
         texts: list[tuple[str, str]] = []
         if self.mode.search == "log":
-            texts = [(ln.episode, ln.text) for ln in tools.grep(r"collected \w+ at|drank at", lo)]
+            texts = [(ln.episode, ln.text) for ln in tools.grep(events.SITE_GREP, lo)]
         elif self.mode.search == "index":
-            for word in ("collected", "drank"):
+            for word in events.SITE_WORDS:
                 texts += [(r.id, e) for r in tools.search(text=word, steps=(lo, p.step), kind="episode")
                           for e in r.events]
         self.sites_until = p.step
         for ep, text in texts:
-            for m in SITE_LINE.finditer(text):
-                name = "water" if m["item"] is None else ITEM_TILE.get(m["item"])
-                if name:
-                    self.sites.setdefault(name, {})[(int(m["x"]), int(m["y"]))] = ep
+            for ev in events.find(text):
+                name = "water" if ev.kind == events.DRANK else ITEM_TILE.get(ev.item or "")
+                if ev.kind in (events.COLLECTED, events.DRANK) and name and ev.cell is not None:
+                    self.sites.setdefault(name, {})[ev.cell] = ep
 
     def _site(self, p: Perception, names: list[str], usable: set[str], tools: MemoryTools,
               why: str) -> Decision | None:
@@ -666,7 +664,7 @@ class MFMPolicy:
         new: list[Fact] = []
         if death is not None:
             cause, cell, ep = death
-            new.append(Fact(f"hazard:death@{cell[0]},{cell[1]}", f"died of {cause} at ({cell[0]}, {cell[1]})",
+            new.append(Fact(f"hazard:death@{cell[0]},{cell[1]}", events.died_of(cause, cell),
                             "Hazards", (ep,)))
         for r in tools.grid_rows() if self.mode.coverage == "grid" else ():
             if r.kind == "opened":

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mfm import __version__
+from mfm.agent import events
 from mfm.agent.atoms import ATOMS, COLLECT_GIVES, AtomResult, Atoms, BudgetExhausted, Died, RunStopped
 from mfm.agent.config import RunConfig
 from mfm.agent.mapping import DIRS, NavMap
@@ -103,7 +104,7 @@ class Recorder:
         if p.inventory != before.inventory:
             self.tags.add("inventory_changed")
         for name in res.achievements_unlocked:
-            self.events.append(f"unlocked {name}")
+            self.events.append(events.unlocked(name))
             if name in self.milestones:
                 self.tags.add("milestone")
                 self.writer.record_milestone(MilestoneRow(name=name, step=p.step, life=p.life, episode=self.rec.id,
@@ -111,7 +112,7 @@ class Recorder:
         if res.died:
             self.tags.add("died")
             self.death = (res.death_cause or "unknown", p.pos)
-            self.events.append(f"died ({res.death_cause}) at {p.pos}")
+            self.events.append(events.died(res.death_cause, p.pos))
             raise Died(res.death_cause or "unknown")
         return p
 
@@ -136,7 +137,7 @@ class Recorder:
             item = COLLECT_GIVES[front_name]
             if p.inventory.get(item, 0) > b.inventory.get(item, 0) or p.tile(front[0] - p.pos[0], front[1] - p.pos[1]) != front_name:
                 self._row(front, "opened", step, life, item=item)
-                self.events.append(f"collected {item} at {front}")
+                self.events.append(events.collected(item, front))
         if action == "do" and front_name == "water" and p.vitals["drink"] > b.vitals["drink"]:
             if ("water", front) not in self.noted:
                 self.noted.add(("water", front))
@@ -147,7 +148,7 @@ class Recorder:
             if now == item or (item == "plant" and now == "plant"):
                 self._row(front, "placed", step, life, item=item,
                           pose={"x": b.pos[0], "y": b.pos[1], "facing": list(b.facing)})
-                self.events.append(f"placed {item} at {front}")
+                self.events.append(events.placed(item, front))
         lost = b.vitals["health"] - p.vitals["health"]
         if death_cause is not None:
             self._row(p.pos, "hazard", step, life, damage=float(max(lost, 1)), cause=death_cause)
@@ -162,7 +163,7 @@ class Recorder:
                     if ("lava", cell) not in self.noted:
                         self.noted.add(("lava", cell))
                         self._row(cell, "hazard", step, life, cause="lava")
-                        self.events.append(f"lava next to me at {cell}")
+                        self.events.append(events.lava(cell))
 
 
 def _damage_cause(b: Perception, p: Perception) -> str:
@@ -414,16 +415,16 @@ class Runner:
             tags.add("procedure")
         moved = sum(1 for g in body.grid if g.kind == "walked")
         args = ", ".join(f"{k}={v}" for k, v in d.args.items() if k != "stop_on")
-        got = [e for e in body.events if e.startswith(("collected", "placed", "unlocked", "drank", "died"))]
+        got = [e for e in body.events if (ev := events.parse(e)) is not None and ev.kind in events.SUMMARY_KINDS]
         summary = f"{d.name}({args}) -> {label}: {last.reason}; {len(rec.steps)} steps, {moved} new cells"
         if got:
             summary += "; " + "; ".join(got[:4])
-        events = list(dict.fromkeys(body.events + [e for r in results for e in r.events]))
+        lines = list(dict.fromkeys(body.events + [e for r in results for e in r.events]))
         return self.writer.end_episode(
             rec, grid=body.grid, observation=p.frame, state=episode_state(p), outcome={
                 "label": label, "reason": last.reason, "atoms": [{"label": r.label, "reason": r.reason} for r in results],
                 "damage": body.damage},
-            summary=summary, tags=sorted(tags), events=events, x=p.pos[0], y=p.pos[1], outcome_label=label,
+            summary=summary, tags=sorted(tags), events=lines, x=p.pos[0], y=p.pos[1], outcome_label=label,
             note=d.goal, log_lines=[state_line(p)])
 
     def _record_death(self, episode: str, step: int) -> None:
@@ -470,8 +471,7 @@ def _rounded(v: float | None) -> float | None:
 
 def state_line(p: Perception) -> str:
     """The log's ``[STATE]`` line: where the player stands and how it is, when the episode ends."""
-    vit = " ".join(f"{k} {v}" for k, v in p.vitals.items())
-    return f"[STATE] at ({p.pos[0]}, {p.pos[1]}) life {p.life}, {vit}"
+    return events.state(p.pos, p.life, p.vitals)
 
 
 def episode_state(p: Perception) -> dict[str, Any]:

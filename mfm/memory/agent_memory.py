@@ -12,7 +12,7 @@ import difflib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable
+from typing import Iterable, Iterator, NamedTuple
 
 from mfm.memory.appendlog import AppendLog, Clock, now_iso, write_atomic
 from mfm.schema import MINE, MemoryWrite, Problem, read_table
@@ -65,21 +65,61 @@ def apply_diff(old: str, diff: Iterable) -> str:
     return "".join(out)
 
 
+class Version(NamedTuple):
+    """One write of the history replayed: its file's text just before and just after it."""
+
+    write: MemoryWrite
+    before: str | None
+    after: str | None
+    """None once deleted (or, replayed strictly, when the write does not rebuild)."""
+    error: str | None
+    """Why the write's diff does not fit the text before it (None: it fits)."""
+    hash_ok: bool
+    """Whether ``after`` matches the write's recorded sha256 (True when ``after`` is None)."""
+
+    def text(self) -> str | None:
+        """``after``, raising ValueError if the write does not rebuild to its recorded hash."""
+        if self.error is not None:
+            raise ValueError(self.error)
+        if not self.hash_ok:
+            raise ValueError(f"{self.write.path}: write {self.write.seq} does not rebuild to its recorded hash")
+        return self.after
+
+
+def replay(writes: Iterable[MemoryWrite], strict: bool = False) -> Iterator[Version]:
+    """Replay a write history in log order, per path: each write's snapshot or diff is applied
+    to its file's text and checked against its sha256. A diff that does not fit keeps the old
+    text; with ``strict`` a write that does not rebuild leaves its file unknown (None)."""
+    current: dict[str, str | None] = {}
+    for w in writes:
+        before = current.get(w.path)
+        error = None
+        if w.op == "delete":
+            after = None
+        elif w.snapshot is not None:
+            after = w.snapshot
+        else:
+            try:
+                after = apply_diff(before or "", w.diff or ())
+            except ValueError as e:
+                after, error = None if strict else before, str(e)
+        hash_ok = after is None or sha256(after) == w.sha256
+        if strict and not hash_ok:
+            after = None
+        current[w.path] = after
+        yield Version(w, before, after, error, hash_ok)
+
+
+def _of_path(writes: Iterable[MemoryWrite], path: str, as_of_step: int | None) -> Iterator[MemoryWrite]:
+    return (w for w in writes if w.path == path and (as_of_step is None or w.step <= as_of_step))
+
+
 def rebuild(writes: Iterable[MemoryWrite], path: str, as_of_step: int | None = None) -> str | None:
     """The content of ``path`` after every write up to ``as_of_step`` (None: never written
     or deleted). Raises ValueError if the history is inconsistent."""
     text: str | None = None
-    for w in writes:
-        if w.path != path or (as_of_step is not None and w.step > as_of_step):
-            continue
-        if w.op == "delete":
-            text = None
-        elif w.snapshot is not None:
-            text = w.snapshot
-        else:
-            text = apply_diff(text or "", w.diff or ())
-        if text is not None and sha256(text) != w.sha256:
-            raise ValueError(f"{path}: write {w.seq} does not rebuild to its recorded hash")
+    for v in replay(_of_path(writes, path, as_of_step)):
+        text = v.text()
     return text
 
 
@@ -92,17 +132,16 @@ class Blame:
 
 
 def blame(writes: Iterable[MemoryWrite], path: str, as_of_step: int | None = None) -> list[Blame]:
-    """Each line of ``path`` (as of ``as_of_step``) with the write that last set it."""
+    """Each line of ``path`` (as of ``as_of_step``) with the write that last set it. Raises
+    ValueError if a diff does not fit."""
     lines: list[Blame] = []
-    for w in writes:
-        if w.path != path or (as_of_step is not None and w.step > as_of_step):
-            continue
-        if w.op == "delete":
+    for w, old, new, error, _ in replay(_of_path(writes, path, as_of_step)):
+        if error is not None:
+            raise ValueError(error)
+        if new is None:
             lines = []
             continue
-        old = "".join(b.text for b in lines)
-        new = w.snapshot if w.snapshot is not None else apply_diff(old, w.diff or ())
-        a = old.splitlines(keepends=True)
+        a = (old or "").splitlines(keepends=True)
         b = new.splitlines(keepends=True)
         sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
         nxt: list[Blame] = []
@@ -124,14 +163,12 @@ class AgentMemory:
         self.clock = clock
         self.writes: list[MemoryWrite] = list(writes)
         self._log = AppendLog(run_dir / "memory_writes.jsonl") if writable else None
-        self._current: dict[str, str] = {}
         self._count: dict[str, int] = {}
-        for w in self.writes:
-            self._count[w.path] = self._count.get(w.path, 0) + 1
-        for p in {w.path for w in self.writes}:
-            text = rebuild(self.writes, p)
-            if text is not None:
-                self._current[p] = text
+        last: dict[str, str | None] = {}
+        for v in replay(self.writes):
+            self._count[v.write.path] = self._count.get(v.write.path, 0) + 1
+            last[v.write.path] = v.text()
+        self._current: dict[str, str] = {p: text for p, text in last.items() if text is not None}
 
     @classmethod
     def open(cls, run_dir: Path, writable: bool = False) -> tuple["AgentMemory", list[Problem]]:
