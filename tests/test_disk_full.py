@@ -291,5 +291,5 @@ def test_mfm_echo_run_on_a_disk_that_fills_up(tmp_path: Path) -> None:
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert [x for x in r.stderr.splitlines() if x.strip()] == [x for x in r.stderr.splitlines()
                                                             if x.startswith("mfm echo run: disk full (ENOSPC)")]
-    assert on_disk["status"] == "crashed" and "No space left on device" in on_disk["end_reason"]
+    assert on_disk["status"] == "crashed" and on_disk["end_reason"].startswith("disk full (ENOSPC) while writing ")
     assert leftovers == []

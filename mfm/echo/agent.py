@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import random
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -50,6 +51,7 @@ from mfm.echo.vectorize import HashingVectorizer, Vectorizer
 from mfm.envs import CrafterHarness, Perception
 from mfm.envs.crafter_env import ACHIEVEMENTS, ACTIONS, VITALS
 from mfm.memory import RunWriter
+from mfm.memory.appendlog import WriteError, append_bytes
 from mfm.schema import SCHEMA_VERSION, LifeEvent, RunManifest, TurnRow
 
 GOALS: tuple[str, ...] = tuple(a for a in ACHIEVEMENTS if a != "wake_up")
@@ -745,19 +747,20 @@ class Learner:
         except Halt as e:
             status, reason = "interrupted", f"{type(e).__name__}: {e}"
         except BaseException as e:
-            self.writer.close("crashed", f"{type(e).__name__}: {e}")
+            reason = e.describe(self.writer.dir) if isinstance(e, WriteError) else f"{type(e).__name__}: {e}"
+            with suppress(WriteError):
+                self.writer.close("crashed", reason)
             raise
         self.clock.step = self.p.step
         cfg = dict(self.writer.manifest.config)
         cfg["agent_summary"] = {"turns": self.turn, "deaths": self.deaths, "steps": self.p.step,
                                 "descriptors": len(self.library)}
-        self.writer.update_manifest(config=cfg)
-        self.writer.close(status, reason)
+        self.writer.close(status, reason, config=cfg)
         return self.writer.dir
 
     def _write_attempt(self, record: dict) -> None:
-        with open(self.writer.dir / ATTEMPTS_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"config": self.config, "seed": self.seed, **record}, separators=(",", ":")) + "\n")
+        line = json.dumps({"config": self.config, "seed": self.seed, **record}, separators=(",", ":")) + "\n"
+        append_bytes(self.writer.dir / ATTEMPTS_FILE, line.encode("utf-8"))
 
 
 def _evidence(matches: list[Match]) -> list[dict]:

@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 
 from mfm.echo.csd import AXES, CSD
 from mfm.echo.vectorize import Vectorizer, axis_similarity, vectorize
+from mfm.memory.appendlog import append_bytes
 from mfm.schema import Problem, iter_jsonl
 
 CSD_FILE = "csd.jsonl"
@@ -61,8 +62,7 @@ class CSDLibrary:
             csd = vectorize(csd, self.vec)
         self._remember(csd)
         if self.path is not None:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(csd.to_json() + "\n")
+            append_bytes(self.path, (csd.to_json() + "\n").encode("utf-8"))
         return csd
 
     def get(self, csd_id: str) -> CSD | None:
