@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from mfm.memory.agent_memory import replay
 from mfm.boundary import UnsafePath, inside
+from mfm.memory.agent_memory import replay
 from mfm.memory.retrieval import FrameError, check_end_frame, decode_png, ends_in_strip
 from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, Problem, RunManifest,
                         StepRow, frame_chunk, read_manifest, read_table)
