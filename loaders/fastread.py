@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from mfm.schema import MAX_COORD, MAX_DEPTH, MAX_LINE_BYTES, TOOLS, IndexRow, Record, TurnRow
+from mfm.schema import MAX_COORD, MAX_DEPTH, MAX_LINE_BYTES, TOOLS, IndexRow, Record, TurnRow, nesting
 
 MIN_BYTES = 256 * 1024
 """Smaller files are read faster line by line than by starting a DuckDB query."""
@@ -264,38 +264,8 @@ def _shallow_short_lines(data: bytes) -> bool:
     opens = np.flatnonzero((arr == 91) | (arr == 123))
     if len(opens) <= MAX_DEPTH or int(np.diff(np.searchsorted(opens, ends), prepend=0).max()) <= MAX_DEPTH:
         return True
-    depth = _max_depth(arr, ends)
-    return depth is not None and depth <= MAX_DEPTH
-
-
-_CLASS = np.zeros(256, np.uint8)
-_CLASS[[34, 92, 91, 123, 93, 125]] = [1, 2, 3, 3, 4, 4]
-"""Bytes that matter to nesting: 1 quote, 2 backslash, 3 opening and 4 closing bracket."""
-
-
-def _max_depth(arr: np.ndarray, ends: np.ndarray) -> int | None:
-    """The deepest nesting of arrays and objects on any line (``arr``: the file's bytes,
-    ``ends``: its newlines), brackets inside strings not counted; None when some line's
-    quotes or brackets do not balance (it is not valid JSON)."""
-    cls = _CLASS[arr]
-    pos = np.flatnonzero(cls)
-    ch = cls[pos]
-    k = np.arange(len(pos))
-    slash = ch == 2
-    preceded = np.zeros(len(pos), bool)
-    preceded[1:] = slash[:-1] & (np.diff(pos) == 1)
-    chain_start = np.maximum.accumulate(np.where(slash & ~preceded, k, 0))
-    backslashes = np.where(preceded, k - chain_start[np.maximum(k - 1, 0)], 0)
-    quote = (ch == 1) & (backslashes % 2 == 0)
-    quotes = np.cumsum(quote)
-    outside = (quotes - quote) % 2 == 0
-    step = (outside & (ch == 3)).astype(np.int64) - (outside & (ch == 4))
-    cut = np.searchsorted(pos, ends)
-    per_line = np.r_[0, quotes][cut]
-    depth = np.r_[0, np.cumsum(step)]
-    if np.any(np.diff(per_line, prepend=0) % 2) or np.any(depth[cut] != 0) or depth.min() < 0:
-        return None
-    return int(depth.max())
+    depth, balanced = nesting(data, ends)
+    return balanced and depth <= MAX_DEPTH
 
 
 def _checked(t: pa.Table, ordered_by: str | None, unique: str | None) -> pa.Table | None:
