@@ -82,7 +82,7 @@ def _finite(name: str, v: Any) -> float:
     return v
 
 
-def _check(name: str, kind: str, v: Any) -> Any:
+def check_field(name: str, kind: str, v: Any) -> Any:
     """Check one value against a field kind; return the normalised value."""
     optional = kind.endswith("?")
     if optional:
@@ -208,15 +208,16 @@ def _spec(cls: type) -> list[tuple[str, Any, bool, tuple[str, ...] | None]]:
 
 def _checker(kind: str) -> Any:
     """A fast checker for one field kind (plain ints, strings and in-range numbers pass at
-    once; anything else goes through :func:`_check` for the normalisation or the message)."""
+    once; anything else goes through :func:`check_field` for the normalisation or the message)."""
     base = kind.rstrip("?")
     if base == "int":
-        return lambda name, v: v if type(v) is int and v >= 0 else _check(name, kind, v)
+        return lambda name, v: v if type(v) is int and v >= 0 else check_field(name, kind, v)
     if base == "str":
-        return lambda name, v: v if type(v) is str else _check(name, kind, v)
+        return lambda name, v: v if type(v) is str else check_field(name, kind, v)
     if base == "num":
-        return lambda name, v: v if type(v) in (int, float) and -MAX_COORD <= v <= MAX_COORD else _check(name, kind, v)
-    return lambda name, v: _check(name, kind, v)
+        return lambda name, v: (v if type(v) in (int, float) and -MAX_COORD <= v <= MAX_COORD
+                                else check_field(name, kind, v))
+    return lambda name, v: check_field(name, kind, v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,7 +549,7 @@ def parse_json(raw: bytes | str) -> Any:
     Raises :class:`JSONError` with a message fit for a problem report (never RecursionError):
     ``not UTF-8 (byte N)``, ``not valid JSON (… at line L column C)`` or ``nested deeper
     than 64 levels``."""
-    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if too_deep(data):
         raise JSONError(f"nested deeper than {MAX_DEPTH} levels")
     try:
@@ -600,8 +601,8 @@ def iter_jsonl(path: Path, label: str | None = None) -> Iterator[tuple[int, Any,
                 obj = parse_json(text)
             except JSONError as e:
                 if not complete and str(e).startswith("not valid JSON"):
-                    yield lineno, None, Problem(name, lineno, "truncated last line (the writer stopped mid-line), skipped",
-                                                "warning")
+                    yield lineno, None, Problem(name, lineno,
+                                                "truncated last line (the writer stopped mid-line), skipped", "warning")
                 else:
                     yield lineno, None, Problem(name, lineno, f"{e}, skipped")
                 continue

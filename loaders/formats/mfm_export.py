@@ -29,7 +29,7 @@ from mfm.memory.agent_memory import sha256
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError, read_png
 from mfm.schema import (GRID_KINDS, GridRow, IndexRow, JSONError, MemoryWrite, MilestoneRow, Problem, Record,
-                        RunManifest, SchemaError, TurnRow, _check, parse_json, plain_relative)
+                        RunManifest, SchemaError, TurnRow, check_field, parse_json, plain_relative)
 from mfm.validate import RunContents
 
 DATA = "data.json"
@@ -77,7 +77,7 @@ def typed(name: str, kind: str, v: Any) -> Any:
         if not isinstance(v, SHALLOW[kind]):
             raise SchemaError(f"{name} must be an {kind}, got {type(v).__name__}")
         return v
-    v = v if kind == "json" else _check(name, kind, v)
+    v = v if kind == "json" else check_field(name, kind, v)
     bad = unplain(v)
     if bad:
         raise SchemaError(f"{name} holds {bad}")
