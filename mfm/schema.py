@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Annotated, Any, ClassVar, Iterator, get_args, get_origin, get_type_hints
 
 import numpy as np
 
@@ -136,17 +136,65 @@ def check_field(name: str, kind: str, v: Any) -> Any:
     raise AssertionError(f"unknown field kind {kind}")
 
 
+FIELD_KINDS = ("int", "num", "str", "bool", "strs", "list", "dict", "cell", "vec2", "counts")
+"""The kinds a record field can have (:func:`check_field`); a trailing ``?`` allows null.
+
+A record field is declared once, by one of the annotations below (``first_step: Int``): the
+Python type, with the field's kind as its ``Annotated`` metadata. ``Record.KINDS`` is derived
+from them (:func:`field_kinds`)."""
+
+Int = Annotated[int, "int"]
+OptInt = Annotated[int | None, "int?"]
+Num = Annotated[float, "num"]
+OptNum = Annotated[float | None, "num?"]
+Str = Annotated[str, "str"]
+OptStr = Annotated[str | None, "str?"]
+Bool = Annotated[bool, "bool"]
+Strs = Annotated[tuple[str, ...], "strs"]
+Items = Annotated[tuple[Any, ...], "list"]
+OptItems = Annotated[tuple[Any, ...] | None, "list?"]
+Dicts = Annotated[tuple[dict[str, Any], ...], "list"]
+Obj = Annotated[dict[str, Any], "dict"]
+OptObj = Annotated[dict[str, Any] | None, "dict?"]
+GridCell = Annotated[tuple[int, ...], "cell"]
+Vec2 = Annotated[tuple[int, int], "vec2"]
+Counts = Annotated[dict[str, int], "counts"]
+
+
+def field_kinds(cls: type) -> dict[str, str]:
+    """Each field's kind, in field order, read from the ``Annotated`` annotations of ``cls``
+    (ClassVars are skipped). Raises TypeError for a field declared without a known kind."""
+    kinds: dict[str, str] = {}
+    for name, hint in get_type_hints(cls, include_extras=True).items():
+        if get_origin(hint) is ClassVar:
+            continue
+        meta = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, str)]
+        if len(meta) != 1 or meta[0].rstrip("?") not in FIELD_KINDS or meta[0].count("?") > 1:
+            raise TypeError(f"{cls.__name__}.{name} needs an annotation that names its kind "
+                            f"(one of {', '.join(FIELD_KINDS)}, '?' for null), e.g. Int or OptStr")
+        if meta[0].endswith("?") != (type(None) in get_args(get_args(hint)[0])):
+            raise TypeError(f"{cls.__name__}.{name}: kind {meta[0]!r} and type {get_args(hint)[0]} "
+                            "disagree on null")
+        kinds[name] = meta[0]
+    return kinds
+
+
 class Record:
     """Base of every record: a frozen dataclass whose field order is the JSON key order.
 
-    ``KINDS`` names each field's kind (``int``, ``num``, ``str``, ``bool``, ``strs``,
-    ``list``, ``dict``, ``cell``, ``vec2``, ``counts``; a trailing ``?`` allows null).
-    ``CHOICES`` restricts string fields to a set of values. Fields with a default are
-    optional on read; optional fields whose value is None are left out on write.
+    Each field is declared once, by an annotation that names its kind (``first_step: Int``,
+    ``note: OptStr = None``; see :data:`FIELD_KINDS`). ``KINDS`` (field -> kind, in field
+    order) is derived from those annotations when a subclass is defined. ``CHOICES``
+    restricts string fields to a set of values. Fields with a default are optional on read;
+    optional fields whose value is None are left out on write.
     """
 
     KINDS: ClassVar[dict[str, str]] = {}
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.KINDS = field_kinds(cls)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as a JSON-ready dict in frozen field order."""
@@ -224,32 +272,26 @@ def _checker(kind: str) -> Any:
 class IndexRow(Record):
     """``index.jsonl``: one searchable row per finished episode (MFM-compatible, D.1)."""
 
-    id: str
-    kind: str
-    action_kind: str | None
-    first_step: int
-    last_step: int
-    summary: str
-    tags: tuple[str, ...]
-    x: float | None
-    y: float | None
-    path: str
-    image: str | None
-    life: int = 0
-    turn: int | None = None
-    z: float | None = None
-    events: tuple[str, ...] = ()
-    outcome: str | None = None
-    note: str | None = None
-    observation_hash: str | None = None
-    frames: int = 0
+    id: Str
+    kind: Str
+    action_kind: OptStr
+    first_step: Int
+    last_step: Int
+    summary: Str
+    tags: Strs
+    x: OptNum
+    y: OptNum
+    path: Str
+    image: OptStr
+    life: Int = 0
+    turn: OptInt = None
+    z: OptNum = None
+    events: Strs = ()
+    outcome: OptStr = None
+    note: OptStr = None
+    observation_hash: OptStr = None
+    frames: Int = 0
 
-    KINDS: ClassVar[dict[str, str]] = {
-        "id": "str", "kind": "str", "action_kind": "str?", "first_step": "int", "last_step": "int",
-        "summary": "str", "tags": "strs", "x": "num?", "y": "num?", "path": "str", "image": "str?",
-        "life": "int", "turn": "int?", "z": "num?", "events": "strs", "outcome": "str?",
-        "note": "str?", "observation_hash": "str?", "frames": "int",
-    }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kind": EPISODE_KINDS, "outcome": OUTCOMES}
 
     def check(self) -> None:
@@ -269,19 +311,15 @@ class IndexRow(Record):
 class GridRow(Record):
     """``grid.jsonl``: one interacted cell (MFM-compatible, D.2)."""
 
-    cell: tuple[int, ...]
-    kind: str
-    step: int
-    life: int = 0
-    item: str | None = None
-    pose: dict | None = None
-    damage: float | None = None
-    cause: str | None = None
+    cell: GridCell
+    kind: Str
+    step: Int
+    life: Int = 0
+    item: OptStr = None
+    pose: OptObj = None
+    damage: OptNum = None
+    cause: OptStr = None
 
-    KINDS: ClassVar[dict[str, str]] = {
-        "cell": "cell", "kind": "str", "step": "int", "life": "int", "item": "str?",
-        "pose": "dict?", "damage": "num?", "cause": "str?",
-    }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kind": GRID_KINDS}
 
 
@@ -289,26 +327,20 @@ class GridRow(Record):
 class StepRow(Record):
     """``steps.jsonl``: the per-step trace (ours). ``step`` is the env step after the action."""
 
-    step: int
-    life: int
-    episode: str
-    action: str
-    x: int
-    y: int
-    facing: tuple[int, int]
-    health: int
-    food: int
-    drink: int
-    energy: int
-    inventory: dict
-    reward: float
-    unlocked: tuple[str, ...] = ()
-
-    KINDS: ClassVar[dict[str, str]] = {
-        "step": "int", "life": "int", "episode": "str", "action": "str", "x": "num", "y": "num",
-        "facing": "vec2", "health": "int", "food": "int", "drink": "int", "energy": "int",
-        "inventory": "counts", "reward": "num", "unlocked": "strs",
-    }
+    step: Int
+    life: Int
+    episode: Str
+    action: Str
+    x: Num
+    y: Num
+    facing: Vec2
+    health: Int
+    food: Int
+    drink: Int
+    energy: Int
+    inventory: Counts
+    reward: Num
+    unlocked: Strs = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,25 +353,19 @@ class TurnRow(Record):
     ``plan_before``/``plan_after`` items: ``{"x", "y", "label"}``.
     """
 
-    turn: int
-    life: int
-    first_step: int
-    last_step: int
-    policy: str
-    calls: tuple[dict, ...]
-    targets: tuple[dict, ...]
-    plan_before: tuple[dict, ...]
-    plan_after: tuple[dict, ...]
-    episodes: tuple[str, ...]
-    usage: dict | None = None
-    latency_s: float | None = None
-    note: str | None = None
-
-    KINDS: ClassVar[dict[str, str]] = {
-        "turn": "int", "life": "int", "first_step": "int", "last_step": "int", "policy": "str",
-        "calls": "list", "targets": "list", "plan_before": "list", "plan_after": "list",
-        "episodes": "strs", "usage": "dict?", "latency_s": "num?", "note": "str?",
-    }
+    turn: Int
+    life: Int
+    first_step: Int
+    last_step: Int
+    policy: Str
+    calls: Dicts
+    targets: Dicts
+    plan_before: Dicts
+    plan_after: Dicts
+    episodes: Strs
+    usage: OptObj = None
+    latency_s: OptNum = None
+    note: OptStr = None
 
     def check(self) -> None:
         for i, c in enumerate(self.calls):
@@ -362,25 +388,20 @@ class MemoryWrite(Record):
     so a damaged diff only affects the versions up to the next snapshot.
     """
 
-    seq: int
-    turn: int | None
-    step: int
-    life: int
-    path: str
-    op: str
-    author: str
-    reason: str
-    sources: tuple[str, ...]
-    time: str
-    sha256: str
-    diff: tuple | None = None
-    snapshot: str | None = None
+    seq: Int
+    turn: OptInt
+    step: Int
+    life: Int
+    path: Str
+    op: Str
+    author: Str
+    reason: Str
+    sources: Strs
+    time: Str
+    sha256: Str
+    diff: OptItems = None
+    snapshot: OptStr = None
 
-    KINDS: ClassVar[dict[str, str]] = {
-        "seq": "int", "turn": "int?", "step": "int", "life": "int", "path": "str", "op": "str",
-        "author": "str", "reason": "str", "sources": "strs", "time": "str", "sha256": "str",
-        "diff": "list?", "snapshot": "str?",
-    }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"op": MEMORY_OPS}
 
     def check(self) -> None:
@@ -397,33 +418,25 @@ class MemoryWrite(Record):
 class MilestoneRow(Record):
     """``milestones.jsonl``: a milestone reached for the first time (ours)."""
 
-    name: str
-    step: int
-    life: int
-    episode: str | None = None
-    turn: int | None = None
-
-    KINDS: ClassVar[dict[str, str]] = {
-        "name": "str", "step": "int", "life": "int", "episode": "str?", "turn": "int?",
-    }
+    name: Str
+    step: Int
+    life: Int
+    episode: OptStr = None
+    turn: OptInt = None
 
 
 @dataclass(frozen=True, slots=True)
 class LifeEvent(Record):
     """``lives.jsonl``: a death or a respawn (ours)."""
 
-    event: str
-    life: int
-    step: int
-    x: float | None = None
-    y: float | None = None
-    cause: str | None = None
-    episode: str | None = None
+    event: Str
+    life: Int
+    step: Int
+    x: OptNum = None
+    y: OptNum = None
+    cause: OptStr = None
+    episode: OptStr = None
 
-    KINDS: ClassVar[dict[str, str]] = {
-        "event": "str", "life": "int", "step": "int", "x": "num?", "y": "num?",
-        "cause": "str?", "episode": "str?",
-    }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"event": LIFE_EVENTS}
 
 
@@ -431,34 +444,27 @@ class LifeEvent(Record):
 class RunManifest(Record):
     """``run.json``: what the run is and how it stands (ours). Replaced atomically."""
 
-    schema_version: str
-    run_id: str
-    env: str
-    task: str
-    method: str
-    seed: int
-    step_budget: int
-    milestone_order: tuple[str, ...]
-    status: str
-    started_at: str
-    ablations: tuple[str, ...] = ()
-    milestones: dict = field(default_factory=dict)
-    ended_at: str | None = None
-    end_reason: str | None = None
-    last_step: int = 0
-    lives: int = 1
-    policy: str | None = None
-    package_version: str | None = None
-    command: str | None = None
-    config: dict = field(default_factory=dict)
+    schema_version: Str
+    run_id: Str
+    env: Str
+    task: Str
+    method: Str
+    seed: Int
+    step_budget: Int
+    milestone_order: Strs
+    status: Str
+    started_at: Str
+    ablations: Strs = ()
+    milestones: Counts = field(default_factory=dict)
+    ended_at: OptStr = None
+    end_reason: OptStr = None
+    last_step: Int = 0
+    lives: Int = 1
+    policy: OptStr = None
+    package_version: OptStr = None
+    command: OptStr = None
+    config: Obj = field(default_factory=dict)
 
-    KINDS: ClassVar[dict[str, str]] = {
-        "schema_version": "str", "run_id": "str", "env": "str", "task": "str", "method": "str",
-        "seed": "int", "step_budget": "int", "milestone_order": "strs", "status": "str",
-        "started_at": "str", "ablations": "strs", "milestones": "counts", "ended_at": "str?",
-        "end_reason": "str?", "last_step": "int", "lives": "int", "policy": "str?",
-        "package_version": "str?", "command": "str?", "config": "dict",
-    }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"status": RUN_STATUSES}
 
 

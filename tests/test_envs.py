@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import inspect
 import time
 
+import crafter
 import numpy as np
 import pytest
 from crafter import constants, objects
@@ -399,3 +401,25 @@ def test_rules_and_tasks() -> None:
         assert rules["make"][name]["uses"] == dict(info["uses"])
         assert rules["make"][name]["nearby"] == list(info["nearby"])
     assert rules["collect"]["diamond"]["require"] == {"iron_pickaxe": 1}
+
+
+def test_the_game_rules_have_one_home() -> None:
+    """The view sizes, walkable tiles and mining tools live in rules.json (read through
+    mfm.envs.rules), agree with crafter, and are what the harness, the frame decoder and the
+    agent's map use."""
+    from mfm.agent import atoms, mapping
+    from mfm.envs import crafter_env, decode, rules as game
+
+    rules = load_rules()
+    defaults = inspect.signature(crafter.Env).parameters
+    assert tuple(rules["area"]) == tuple(defaults["area"].default) == game.AREA
+    assert tuple(rules["view"]) == tuple(defaults["view"].default) == game.VIEW
+    env = crafter.Env(area=game.AREA, view=game.VIEW, size=(64, 64))
+    assert tuple(int(n) for n in env._local_view._grid) == game.LOCAL_VIEW == (9, 7)
+    assert (crafter_env.LOCAL_COLS, crafter_env.LOCAL_ROWS) == (decode.GRID_COLS, decode.GRID_ROWS) == game.LOCAL_VIEW
+    assert (crafter_env.AREA, crafter_env.VIEW) == (game.AREA, game.VIEW) and mapping.WORLD == game.AREA
+    assert mapping.WALKABLE == frozenset(constants.walkable) == frozenset(game.WALKABLE)
+    assert game.PLAYER_WALKABLE == (*constants.walkable, "lava")
+    assert mapping.MINE_TOOL == {m: t for m, info in constants.collect.items() for t in info["require"]}
+    assert set(atoms.PICKAXES) == {t for t in constants.items if t.endswith("_pickaxe")}
+    assert crafter_env.VITALS == game.VITALS == tuple(rules["vitals"])

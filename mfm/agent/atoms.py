@@ -28,6 +28,10 @@ CRAFT: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
 COLLECT_GIVES: dict[str, str] = {material: item for material, r in _RULES["collect"].items()
                                  for item in r["receive"] if item not in _RULES["vitals"]}
 """Material -> the inventory item collecting it gives (drinking water, a vital, is not collecting)."""
+PICKAXES: tuple[str, ...] = tuple(dict.fromkeys(MINE_TOOL.values()))
+"""The tools that mining needs, weakest first."""
+DRINK_MAX: int = _RULES["items"]["drink"]["max"]
+"""The drink level past which drinking gives nothing."""
 HOSTILE = frozenset({"zombie", "skeleton"})
 
 
@@ -72,7 +76,7 @@ class AtomResult:
 
 def tools_of(p: Perception) -> set[str]:
     """The pickaxes the player holds."""
-    return {k for k in ("wood_pickaxe", "stone_pickaxe", "iron_pickaxe") if p.inventory.get(k, 0) > 0}
+    return {k for k in PICKAXES if p.inventory.get(k, 0) > 0}
 
 
 def visible(p: Perception, names: set[str] | frozenset[str]) -> list[tuple[str, Cell]]:
@@ -278,7 +282,7 @@ class Atoms:
             return AtomResult("failed", "cannot face water")
         start = self.p.vitals["drink"]
         for _ in range(12):
-            if self.p.vitals["drink"] >= 9:
+            if self.p.vitals["drink"] >= DRINK_MAX:
                 break
             self.act("do")
             if threat(self.p):

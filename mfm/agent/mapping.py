@@ -11,14 +11,14 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from mfm.envs import Perception
+from mfm.envs import Perception, rules
 from mfm.memory import SpatialGrid
 
-WORLD = (64, 64)
-WALKABLE = frozenset({"grass", "sand", "path"})
+WORLD = rules.AREA
+WALKABLE = frozenset(rules.WALKABLE)
 OBJECTS = frozenset({"cow", "zombie", "skeleton", "arrow", "plant", "player"})
-MINE_TOOL = {"stone": "wood_pickaxe", "coal": "wood_pickaxe", "iron": "stone_pickaxe",
-             "diamond": "iron_pickaxe"}
+MINE_TOOL = rules.MINE_TOOL
+"""Material -> the pickaxe that mining it needs (from the game rules)."""
 DIRS: dict[str, tuple[int, int]] = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 MOVE_OF = {v: f"move_{k}" for k, v in DIRS.items()}
 

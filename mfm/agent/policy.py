@@ -15,7 +15,7 @@ from typing import Any
 
 from mfm.agent import events
 from mfm.agent.atoms import CRAFT, HOSTILE, AtomResult, Atoms, visible
-from mfm.agent.mapping import DIRS, MINE_TOOL, WALKABLE, Cell, NavMap, cheb, l1
+from mfm.agent.mapping import DIRS, MINE_TOOL, WALKABLE, WORLD, Cell, NavMap, cheb, l1
 from mfm.agent.modes import MFM, MemoryMode
 from mfm.agent.protocol import Decision, PolicyGaveUp, Turn, TurnReport
 from mfm.agent.tools import MemoryTools, Sighting
@@ -158,7 +158,7 @@ class MFMPolicy:
         nxt = next((m for m in self.task.milestones if m not in p.achievements), "-")
         inv = " ".join(f"{k}:{v}" for k, v in sorted(p.inventory.items()) if v)
         vit = " ".join(f"{k[0]}{v}" for k, v in p.vitals.items())
-        view = Counter(n for _, _, n in p.local_cells() if n not in ("grass", "sand", "path"))
+        view = Counter(n for _, _, n in p.local_cells() if n not in WALKABLE)
         lines = [
             f"step {p.step} life {p.life} pos {p.pos} | milestones {len(done)}/{len(self.task.milestones)} next {nxt}",
             f"vitals {vit} | daylight {p.daylight:.2f} | inv {inv or '-'}",
@@ -308,7 +308,7 @@ class MFMPolicy:
                 if score < best_score:
                     best, best_score = c, score
         if best is None:
-            best = (max(3, min(60, 64 - p.pos[0])), max(3, min(60, 64 - p.pos[1])))
+            best = (max(3, min(WORLD[0] - 4, WORLD[0] - p.pos[0])), max(3, min(WORLD[1] - 4, WORLD[1] - p.pos[1])))
         self.explore_target = best
         return best
 

@@ -367,7 +367,7 @@ class Learner:
     def _plan(self, csd: CSD, extra: Plan | None = None) -> Plan:
         action, target = (extra.action, extra.target) if extra is not None else action_of(csd.task, csd)
         plan = Plan(action, target, dict(csd.attr.get("consumes", {})), list(csd.attr.get("tools", [])),
-                    [n for n in csd.struct.get("near", []) if n not in ("grass", "sand", "path")])
+                    [n for n in csd.struct.get("near", []) if n not in WALKABLE])
         if extra is not None:
             for k, v in extra.consumes.items():
                 plan.consumes[k] = max(plan.consumes.get(k, 0), v)

@@ -17,17 +17,19 @@ import crafter
 import numpy as np
 from crafter import constants, objects
 
+from mfm.envs import rules
+
 ACTIONS: tuple[str, ...] = tuple(constants.actions)
 ACHIEVEMENTS: tuple[str, ...] = tuple(constants.achievements)
-VITALS: tuple[str, ...] = ("health", "food", "drink", "energy")
+VITALS: tuple[str, ...] = rules.VITALS
 ITEMS: tuple[str, ...] = tuple(name for name in constants.items if name not in VITALS)
 DEATH_CAUSES: tuple[str, ...] = (
     "zombie", "skeleton", "arrow", "lava", "starvation", "thirst", "exhaustion", "unknown")
 
-AREA = (64, 64)
-VIEW = (9, 9)
+AREA = rules.AREA
+VIEW = rules.VIEW
 SPAWN = (32, 32)
-LOCAL_COLS, LOCAL_ROWS = 9, 7
+LOCAL_COLS, LOCAL_ROWS = rules.LOCAL_VIEW
 HALF_COLS, HALF_ROWS = LOCAL_COLS // 2, LOCAL_ROWS // 2
 OUTSIDE = "outside"
 

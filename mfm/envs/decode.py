@@ -25,7 +25,10 @@ import numpy as np
 from crafter import constants, engine
 from PIL import Image, ImageEnhance
 
-GRID_COLS, GRID_ROWS = 9, 7
+from mfm.envs.rules import LOCAL_VIEW, PLAYER_WALKABLE, VIEW, WALKABLE
+
+GRID_COLS, GRID_ROWS = LOCAL_VIEW
+"""The map part of a frame, in tiles (the rows below it show the inventory)."""
 OUTSIDE = "outside"
 OUTSIDE_GREY = 127.0
 
@@ -39,20 +42,21 @@ _BASE_STD = 1.0
 _LUMA = np.array([0.299, 0.587, 0.114])
 _CENTRE_RADIUS = 1
 
-_WALK = ("grass", "sand", "path")
+_ARROW_GROUNDS = WALKABLE + ("water", "lava")
+"""Where an arrow can fly (crafter's ``Arrow.walkable``)."""
 _OBJECT_TEXTURES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "player-left": ("player", _WALK + ("lava",)),
-    "player-right": ("player", _WALK + ("lava",)),
-    "player-up": ("player", _WALK + ("lava",)),
-    "player-down": ("player", _WALK + ("lava",)),
-    "player-sleep": ("player", _WALK + ("lava",)),
-    "cow": ("cow", _WALK),
-    "zombie": ("zombie", _WALK),
-    "skeleton": ("skeleton", _WALK),
-    "arrow-left": ("arrow", _WALK + ("water", "lava")),
-    "arrow-right": ("arrow", _WALK + ("water", "lava")),
-    "arrow-up": ("arrow", _WALK + ("water", "lava")),
-    "arrow-down": ("arrow", _WALK + ("water", "lava")),
+    "player-left": ("player", PLAYER_WALKABLE),
+    "player-right": ("player", PLAYER_WALKABLE),
+    "player-up": ("player", PLAYER_WALKABLE),
+    "player-down": ("player", PLAYER_WALKABLE),
+    "player-sleep": ("player", PLAYER_WALKABLE),
+    "cow": ("cow", WALKABLE),
+    "zombie": ("zombie", WALKABLE),
+    "skeleton": ("skeleton", WALKABLE),
+    "arrow-left": ("arrow", _ARROW_GROUNDS),
+    "arrow-right": ("arrow", _ARROW_GROUNDS),
+    "arrow-up": ("arrow", _ARROW_GROUNDS),
+    "arrow-down": ("arrow", _ARROW_GROUNDS),
     "plant": ("plant", ("grass",)),
     "plant-ripe": ("plant", ("grass",)),
 }
@@ -139,10 +143,10 @@ def _layout(frame: np.ndarray) -> tuple[int, int]:
     """Tile size and border (in pixels) of a crafter frame."""
     if frame.ndim != 3 or frame.shape[2] != 3 or frame.shape[0] != frame.shape[1]:
         raise ValueError(f"expected a square HxWx3 frame, got shape {frame.shape}")
-    unit = frame.shape[1] // GRID_COLS
+    unit = frame.shape[1] // VIEW[0]
     if unit < 1:
-        raise ValueError("frame too small to hold a 9x9 grid of tiles")
-    return unit, (frame.shape[1] - unit * GRID_COLS) // 2
+        raise ValueError(f"frame too small to hold a {VIEW[0]}x{VIEW[1]} grid of tiles")
+    return unit, (frame.shape[1] - unit * VIEW[0]) // 2
 
 
 def _map_tiles(frame: np.ndarray) -> tuple[np.ndarray, int]:
@@ -290,7 +294,7 @@ def decode_inventory(frame: np.ndarray) -> dict[str, int]:
     slots = _item_slots(unit)
     found: dict[str, int] = {}
     for i, item in enumerate(constants.items):
-        col, row = i % GRID_COLS, i // GRID_COLS
+        col, row = i % VIEW[0], i // VIEW[0]
         x, y = col * unit, (GRID_ROWS + row) * unit
         seen = view[x:x + unit, y:y + unit].astype(np.float64).reshape(-1)
         found[item] = int(((slots[i] - seen) ** 2).sum(1).argmin())

@@ -26,12 +26,39 @@ def _read_json(filename: str) -> Any:
 def load_rules() -> dict[str, Any]:
     """Return a fresh copy of Crafter's static rules (recipes, tools, walkable tiles).
 
-    Keys: ``actions``, ``materials``, ``walkable``, ``player_walkable``, ``deadly``,
+    Keys: ``area`` (world size in tiles), ``view`` (the frame's grid of tiles, columns x
+    rows) and ``local_view`` (its map part around the player; the rows below show the
+    inventory), ``actions``, ``materials``, ``walkable``, ``player_walkable``, ``deadly``,
     ``items``, ``vitals``, ``collect`` (material -> require/receive/leaves/probability),
     ``place`` (item -> uses/where/type/target), ``make`` (tool -> uses/nearby/gives/
     nearby_radius) and ``achievements``.
     """
     return _read_json("rules.json")
+
+
+_RULES = load_rules()
+
+
+def _pair(key: str) -> tuple[int, int]:
+    """A ``[columns, rows]`` entry of the rules as a pair of ints."""
+    cols, rows = _RULES[key]
+    return int(cols), int(rows)
+
+
+AREA: tuple[int, int] = _pair("area")
+"""The world's size in tiles (crafter's ``area``)."""
+VIEW: tuple[int, int] = _pair("view")
+"""The rendered frame's grid of tiles, columns x rows (crafter's ``view``)."""
+LOCAL_VIEW: tuple[int, int] = _pair("local_view")
+"""The map part of the frame around the player, columns x rows (the 9x7 local view)."""
+WALKABLE: tuple[str, ...] = tuple(_RULES["walkable"])
+"""Materials creatures (and the player) walk on."""
+PLAYER_WALKABLE: tuple[str, ...] = tuple(_RULES["player_walkable"])
+"""Materials the player can step on (lava too, which kills)."""
+VITALS: tuple[str, ...] = tuple(_RULES["vitals"])
+"""The player's vitals, in inventory order."""
+MINE_TOOL: dict[str, str] = {material: tool for material, r in _RULES["collect"].items() for tool in r["require"]}
+"""Material -> the tool that collecting it requires (only materials that need one)."""
 
 
 def load_task(name: str) -> Task:
