@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 import zlib
 
 import numpy as np
@@ -16,6 +17,7 @@ from PIL import Image
 from plotly.subplots import make_subplots
 
 from dashboard import theme
+from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands, TimelineView
 from loaders.run_pages import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 from mfm.schema import GRID_KINDS
 
@@ -32,13 +34,12 @@ def _layout(fig: go.Figure, height: int) -> go.Figure:
     return fig
 
 
-def timeline_figure(bars: pd.DataFrame, marks: pd.DataFrame, vitals: pd.DataFrame, color_by: str,
-                    lives: list[int], selected: str | None = None, step: int | None = None,
-                    x_range: tuple[float, float] | None = None,
+def timeline_figure(view: TimelineView, selected: str | None = None, step: int | None = None,
                     selected_span: tuple[int, int, int] | None = None) -> go.Figure:
     """Episodes as horizontal bars over env steps, one lane per life, with event marks and,
     below, the vitals (minimum per bin when binned). ``selected_span`` = (first_step,
     last_step, life) of the selected episode, highlighted even when its bar is binned."""
+    bars, marks, vitals, color_by, lives = view.bars, view.marks, view.vitals, view.color_by, view.lives
     with_vitals = len(vitals) > 0
     fig = make_subplots(rows=2 if with_vitals else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         row_heights=[0.68, 0.32] if with_vitals else [1.0])
@@ -100,8 +101,7 @@ def timeline_figure(bars: pd.DataFrame, marks: pd.DataFrame, vitals: pd.DataFram
     else:
         fig.update_xaxes(title_text="env step", row=1, col=1)
     fig.update_xaxes(showticklabels=True, row=1, col=1)
-    if x_range is not None:
-        fig.update_xaxes(range=list(x_range))
+    fig.update_xaxes(range=[view.lo - 0.5, view.hi + 0.5])
     fig.update_layout(barmode="overlay")
     lane = 70 if len(lives) <= 8 else max(22, 560 // len(lives))
     return _layout(fig, 260 + lane * max(1, len(lives)) + (170 if with_vitals else 0))
@@ -120,12 +120,11 @@ def _cell_matrix(cells: pd.DataFrame, kind: str, extent: tuple[int, int, int, in
     return z, text
 
 
-def grid_figure(cells: pd.DataFrame, paths: pd.DataFrame, positions: pd.DataFrame, deaths: pd.DataFrame,
-                extent: tuple[int, int, int, int], cell: tuple[int, int] | None = None, plane: str = "y"
-                ) -> go.Figure:
+def grid_figure(view: GridView, cell: tuple[int, int] | None = None) -> go.Figure:
     """The traversed-cell grid as a map (second axis downwards as in the game), with each
-    life's path, episode end positions and deaths. ``plane`` names the second axis (``z``
-    for 3-D runs)."""
+    life's path, episode end positions and deaths; the view's ``plane`` names the second axis
+    (``z`` for 3-D runs)."""
+    cells, paths, positions, deaths, extent = view.cells, view.paths, view.positions, view.deaths, view.extent
     fig = go.Figure()
     x0, y0, x1, y1 = extent
     for kind in GRID_KINDS:
@@ -168,7 +167,7 @@ def grid_figure(cells: pd.DataFrame, paths: pd.DataFrame, positions: pd.DataFram
                                  hoverinfo="skip"))
     fig.update_xaxes(title_text="x (cells)", range=[x0 - 0.5, x1 + 0.5], constrain="domain", zeroline=False,
                      showgrid=False)
-    fig.update_yaxes(title_text=f"{plane} (cells, downwards as in the game)", range=[y1 + 0.5, y0 - 0.5],
+    fig.update_yaxes(title_text=f"{view.plane} (cells, downwards as in the game)", range=[y1 + 0.5, y0 - 0.5],
                      scaleanchor="x", scaleratio=1, zeroline=False, showgrid=False)
     fig.update_layout(plot_bgcolor="#f7f7f7")
     return _layout(fig, 760)
@@ -240,12 +239,13 @@ def frames_figure(frames: list[np.ndarray], titles: list[str], tiles: bool = Fal
 
 
 def milestones_figure(ms: pd.DataFrame, order: list[str]) -> go.Figure:
-    """When each run reached each milestone (step), one colour per method."""
+    """When each run reached each milestone (step), one colour and marker per method."""
     fig = go.Figure()
     for method, g in ms.groupby("method", sort=True):
+        style = theme.method_style(str(method))
         fig.add_trace(go.Scatter(
             x=g["step"], y=g["milestone"], mode="markers", name=str(method),
-            marker=dict(color=theme.method_color(method), size=11, line=dict(width=1, color="#fff")),
+            marker=dict(color=style.color, symbol=style.marker, size=11, line=dict(width=1, color="#fff")),
             customdata=g["run"], hovertemplate="%{customdata}<br>%{y} at step %{x}<extra>" + str(method) + "</extra>"))
     fig.update_xaxes(title_text="env step first reached")
     fig.update_yaxes(title_text="milestone", categoryorder="array", categoryarray=order, autorange="reversed")
@@ -266,23 +266,63 @@ def reached_figure(overview: pd.DataFrame) -> go.Figure:
     return _layout(fig, 340)
 
 
+def retarget_rates_figure(rates: pd.DataFrame) -> go.Figure:
+    """The A.4 rates per method as grouped horizontal bars with their Wilson 95% intervals, the
+    counts behind each rate (``n/a`` where there is nothing to count) as labels."""
+    fig = go.Figure()
+    methods = list(dict.fromkeys(rates["method"])) if len(rates) else []
+    for measure in RETARGET_MEASURES:
+        g = rates[rates["measure"] == measure]
+        fig.add_trace(go.Bar(orientation="h", y=g["method"], x=g["rate"].fillna(0), name=measure, text=g["label"],
+                             textposition="outside", marker_color=theme.RETARGET_COLORS[measure],
+                             error_x=dict(type="data", symmetric=False, array=(g["hi"] - g["rate"]).fillna(0),
+                                          arrayminus=(g["rate"] - g["lo"]).fillna(0), thickness=1, width=3,
+                                          color="#333"),
+                             hovertemplate="%{y}: %{x:.0%} (%{text})<extra>" + measure + "</extra>"))
+    fig.update_xaxes(title_text="rate (share of turns or targets)", range=[0, 1.15], tickformat=".0%")
+    fig.update_yaxes(title_text="method", categoryorder="array", categoryarray=methods[::-1])
+    fig.update_layout(barmode="group")
+    return _layout(fig, 200 + 90 * max(1, len(methods)))
+
+
+LABEL_GAP = 2.0
+"""Cells between two labelled points of the retarget map; closer points share one label."""
+
+
+def label_groups(points: list[tuple[float, float, str]], gap: float = LABEL_GAP
+                 ) -> list[tuple[float, float, list[str]]]:
+    """Points ``(x, y, name)`` merged greedily, in order, into groups whose centres lie at least
+    ``gap`` cells apart: ``(x, y, names)`` with the group at its first point. Each group gets
+    one label, so no two labels of a map can sit on top of each other."""
+    groups: list[tuple[float, float, list[str]]] = []
+    for x, y, name in points:
+        hit = next((g for g in groups if math.hypot(g[0] - x, g[1] - y) < gap), None)
+        if hit is None:
+            groups.append((x, y, [name]))
+        elif name not in hit[2]:
+            hit[2].append(name)
+    return groups
+
+
 def retarget_map(position: tuple[float, float] | None, inspected: list[dict], targets: list[dict],
                  radius: float) -> go.Figure:
     """A retarget turn on a mini-map: the agent, the inspected episodes' positions with the
-    ``radius`` circle around each, and the new targets (filled when near)."""
+    ``radius`` circle around each, and the new targets (red when near). Inspected episodes
+    within :data:`LABEL_GAP` cells of each other share one numbered marker (hover lists them;
+    the legend of numbers is the figure's ``meta``), so labels never overlap."""
     fig = go.Figure()
-    for ins in inspected:
-        if ins.get("x") is None:
-            continue
-        x, y = float(ins["x"]), float(ins["y"])
+    pts = [(float(i["x"]), float(i["y"]), str(i["episode"])) for i in inspected if i.get("x") is not None]
+    for x, y, _ in dict.fromkeys((x, y, "") for x, y, _ in pts):
         fig.add_shape(type="circle", x0=x - radius, x1=x + radius, y0=y - radius, y1=y + radius,
                       line=dict(color=theme.MARK_STYLES["inspect"]["color"], dash="dot"), layer="below")
-    pts = [i for i in inspected if i.get("x") is not None]
-    if pts:
+    groups = label_groups(pts)
+    if groups:
         fig.add_trace(go.Scatter(
-            x=[i["x"] for i in pts], y=[i["y"] for i in pts], mode="markers+text", name="inspected episode",
-            text=[i["episode"] for i in pts], textposition="top center",
-            marker=dict(symbol="diamond", size=12, color=theme.MARK_STYLES["inspect"]["color"])))
+            x=[g[0] for g in groups], y=[g[1] for g in groups], mode="markers+text", name="inspected episodes",
+            text=[str(k + 1) for k in range(len(groups))], textposition="middle center",
+            textfont=dict(color="white", size=10),
+            customdata=[", ".join(g[2]) for g in groups], hovertemplate="%{customdata}<br>(%{x}, %{y})<extra></extra>",
+            marker=dict(symbol="diamond", size=18, color=theme.MARK_STYLES["inspect"]["color"])))
     if targets:
         fig.add_trace(go.Scatter(
             x=[t["x"] for t in targets], y=[t["y"] for t in targets], mode="markers", name="new target",
@@ -293,32 +333,38 @@ def retarget_map(position: tuple[float, float] | None, inspected: list[dict], ta
                                  marker=dict(symbol="circle", size=13, color="#111111")))
     fig.update_xaxes(title_text="x (cells)", scaleanchor="y", scaleratio=1)
     fig.update_yaxes(title_text="y (cells)", autorange="reversed")
+    fig.update_layout(meta={"labels": {str(k + 1): g[2] for k, g in enumerate(groups)}})
     return _layout(fig, 420)
 
 
-def band_figure(bands: pd.DataFrame, y_title: str, shade: list[tuple[int, int]] | None = None,
-                shade_label: str = "") -> go.Figure:
-    """One line per method (mean over seeds) with the min-max band of its seeds; optional
-    shaded step intervals."""
+def band_figure(series: SeedBands, x_title: str = "env step") -> go.Figure:
+    """One line per method (mean over seeds, its dash and colour from the theme) with the 95%
+    interval of the mean where it has several seeds; shaded step intervals; the legend names
+    each method and its seeds, a note under the plot says what lines, bands and shading mean."""
+    bands, shade = series.bands, series.shade
     fig = go.Figure()
-    for lo, hi in shade or ():
-        fig.add_vrect(x0=lo, x1=max(hi, lo + 1), fillcolor="#1b9e77", opacity=0.12, line_width=0)
-    for method in dict.fromkeys(bands["method"]) if len(bands) else ():
+    shade_color = theme.method_color("mfm")
+    for lo, hi in shade:
+        fig.add_vrect(x0=lo, x1=max(hi, lo + 1), fillcolor=shade_color, opacity=0.12, line_width=0)
+    for method in series.methods:
         g = bands[bands["method"] == method]
-        color = theme.method_color(method)
-        if int(g["seeds"].max()) > 1:
-            fig.add_trace(go.Scatter(x=list(g["step"]) + list(g["step"])[::-1], y=list(g["hi"]) + list(g["lo"])[::-1],
-                                     fill="toself", fillcolor=color, opacity=0.18, line=dict(width=0),
-                                     hoverinfo="skip", showlegend=False, name=f"{method} seeds"))
-        fig.add_trace(go.Scatter(x=g["step"], y=g["mean"], mode="lines", name=str(method),
-                                 line=dict(color=color, width=2),
+        style = theme.method_style(method)
+        band = g.dropna(subset=["lo", "hi"])
+        if len(band):
+            fig.add_trace(go.Scatter(x=list(band["step"]) + list(band["step"])[::-1],
+                                     y=list(band["hi"]) + list(band["lo"])[::-1], fill="toself",
+                                     fillcolor=style.color, opacity=0.18, line=dict(width=0), hoverinfo="skip",
+                                     showlegend=False, name=f"{method} 95% interval"))
+        fig.add_trace(go.Scatter(x=g["step"], y=g["mean"], mode="lines", name=series.label(method),
+                                 line=dict(color=style.color, width=2, dash=style.dash),
                                  hovertemplate="step %{x}: %{y:.2f}<extra>" + str(method) + "</extra>"))
-    fig.update_xaxes(title_text="env step")
-    fig.update_yaxes(title_text=y_title, rangemode="tozero")
-    if shade:
-        fig.add_annotation(text=shade_label, xref="paper", yref="paper", x=1, y=1.0, showarrow=False,
-                           xanchor="right", yanchor="bottom", font=dict(size=11, color="#1b9e77"))
-    return _layout(fig, 420)
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=series.y_title, rangemode="tozero")
+    fig.add_annotation(text=series.note, xref="paper", yref="paper", x=0, y=-0.22, showarrow=False, xanchor="left",
+                       yanchor="top", font=dict(size=11, color="#555"))
+    _layout(fig, 460)
+    fig.update_layout(margin=dict(b=110))
+    return fig
 
 
 PROV_COLUMNS = {"episode": 0, "knowledge": 1, "procedure": 2, "plan": 3, "file": 4}

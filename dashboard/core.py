@@ -131,6 +131,22 @@ def parse_cell(value: str | None) -> tuple[int, int] | None:
     return None if x is None or y is None else (x, y)
 
 
+def parse_region(value: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """A ``c0,r0,c1,r1`` tile region query value as (columns, rows) ranges within the 9x9
+    tiles, or None."""
+    reg = [parse_int(v) for v in split_list(value)]
+    if len(reg) != 4 or None in reg:
+        return None
+    c0, r0, c1, r1 = reg
+    return (max(0, min(c0, 8)), max(1, min(c1, 9))), (max(0, min(r0, 8)), max(1, min(r1, 9)))
+
+
+def format_region(region: tuple[tuple[int, int], tuple[int, int]]) -> str:
+    """The query value of a tile region (inverse of :func:`parse_region`)."""
+    (c0, c1), (r0, r1) = region
+    return f"{c0},{r0},{c1},{r1}"
+
+
 @dataclass(frozen=True)
 class FrameRef:
     """A frame named in a URL: a run key and either an env step or an episode id (its end

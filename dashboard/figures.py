@@ -1,15 +1,18 @@
 """Figures for papers: Altair charts in a clean print style, rendered headless by vl-convert to
-SVG, PDF and PNG, each with a JSON manifest (runs and their content hash, step range,
-filters, package version, dashboard deep link).
+SVG, PDF and PNG, each with its data as CSV and a JSON manifest (runs and their content hash,
+step range, filters, command, package version and commit, dashboard deep link).
 
-``write_figures(paths, out_dir)`` writes every standard figure (timeline, spatial grid,
-steps per turn, retargeting, progress, provenance summary) for runs or runs roots; it backs
-``mfm figures``. A figure exported from a page also records the page's view (its URL query
-state), so its manifest names the filters chosen there and its deep link reopens that view.
+Each figure draws the data of :mod:`loaders.chart_data`, the same record the page draws with
+Plotly, so an export holds what the page shows. ``write_figures(paths, out_dir)`` writes every
+standard figure and the paper's tables (:mod:`loaders.paper_tables`) for runs or runs roots,
+one folder per task; it backs ``mfm figures`` (docs/figures.md). A figure exported from a page
+also records the page's view (its URL query state), so its deep link reopens that view.
 """
 from __future__ import annotations
 
 import hashlib
+import html
+import math
 import json
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -23,6 +26,7 @@ import vl_convert as vlc
 
 from dashboard import theme
 from loaders import analysis_pages as ap
+from loaders import chart_data, echo, paper_tables
 from loaders import provenance
 from loaders import run_pages
 from loaders.run import Run, find_runs, open_run
@@ -50,6 +54,10 @@ class Figure:
     """The choices the chart applies (step range, window, colouring, ...)."""
     view: dict[str, str] = field(default_factory=dict)
     """The page's URL query state when the figure was exported (empty when written headless)."""
+    data: pd.DataFrame | None = None
+    """The table the chart draws, written beside it as CSV so a reader can re-plot."""
+    caption: str = ""
+    """What the figure shows, in a sentence or two (the HTML overview and the manifest)."""
 
 
 def _data(df: pd.DataFrame) -> alt.Data:
@@ -68,125 +76,175 @@ def _style(chart: alt.TopLevelMixin, width: str, height: int) -> alt.TopLevelMix
             .configure_view(stroke=None))
 
 
-def _method_scale(methods: Sequence[str]) -> alt.Scale:
-    ms = list(dict.fromkeys(methods))
-    return alt.Scale(domain=ms, range=[theme.method_color(m) for m in ms])
-
-
-def _clip(run: Run, lo: int | None, hi: int | None) -> tuple[int, int]:
-    first, last = run_pages.step_bounds(run)
-    return (first if lo is None else max(first, lo), last if hi is None else min(last, hi))
-
-
 def timeline_figure(key: str, run: Run, width: str = "double", lo: int | None = None, hi: int | None = None,
-                    color_by: str = "action_kind") -> Figure:
+                    color_by: str = "action_kind", view: chart_data.TimelineView | None = None) -> Figure:
     """Episodes of one run as bars over env steps (within ``lo``–``hi``), one row per life,
-    coloured by action kind or outcome."""
-    lo, hi = _clip(run, lo, hi)
-    bars = run_pages.timeline_bars(run.episodes(), lo, hi, color_by)
+    coloured by action kind or outcome; ``view``: the data a page drew (else prepared here)."""
+    view = view or chart_data.timeline(run, lo, hi, color_by)
+    bars, lo, hi, color_by = view.bars, view.lo, view.hi, view.color_by
     cats = sorted(set(bars["category"])) if len(bars) else []
     chart = alt.Chart(_data(bars)).mark_bar(height=10).encode(
         x=alt.X("start:Q", title="env step", scale=alt.Scale(domain=[lo, hi])), x2="end:Q",
         y=alt.Y("life:O", title="life"),
         color=alt.Color("category:N", legend=alt.Legend(title=None), scale=alt.Scale(
             domain=cats, range=[theme.category_color(c, color_by) for c in cats])))
-    return Figure("timeline", _style(chart, width, max(40, 16 * bars["life"].nunique() if len(bars) else 40)),
-                  [(key, run)], "timeline", (lo, hi), {"color": color_by, "range": [lo, hi]})
+    what = "outcome" if color_by == "outcome" else "action kind"
+    return Figure("timeline", _style(chart, width, max(40, 16 * len(view.lives))),
+                  [(key, run)], "timeline", (lo, hi), {"color": color_by, "range": [lo, hi]}, data=bars,
+                  caption=f"Episodes of {key} over env steps {lo}–{hi}, one row per life, coloured by {what}"
+                          + (" (bars merge neighbouring episodes where there are too many to draw)."
+                             if len(bars) and (bars["count"] > 1).any() else "."))
 
 
 def grid_figure(key: str, run: Run, width: str = "single", lo: int | None = None, hi: int | None = None,
-                kinds: Sequence[str] | None = None) -> Figure:
+                kinds: Sequence[str] | None = None, view: chart_data.GridView | None = None) -> Figure:
     """The cells the agent interacted with (within steps ``lo``–``hi``, of ``kinds``), coloured
-    by kind, and the end positions of the episodes of that range (black dots); the second axis
-    grows downwards."""
-    lo, hi = _clip(run, lo, hi)
-    cells = run_pages.grid_cells(run.grid(), lo, hi, kinds)
-    eps = run.episodes()
-    eps = eps[eps["x"].notna() & eps["y"].notna() & (eps["last_step"] >= lo) & (eps["first_step"] <= hi)][
-        ["id", "x", "y"]] if len(eps) else pd.DataFrame(columns=["id", "x", "y"])
+    by kind, each life's path, the end positions of the episodes of that range and deaths; the
+    second axis grows downwards. ``view``: the data a page drew (else prepared here)."""
+    view = view or chart_data.grid(run, lo, hi, kinds)
     x = alt.X("x:Q", title="x (cells)", scale=alt.Scale(zero=False))
-    y = alt.Y("y:Q", title="y (cells)", scale=alt.Scale(zero=False, reverse=True))
+    y = alt.Y("y:Q", title=f"{view.plane} (cells)", scale=alt.Scale(zero=False, reverse=True))
+    marks = {"episode end position": "#111111", "death": "#d62728"}
+    kinds_shown = list(dict.fromkeys(view.cells["kind"])) if len(view.cells) else []
     layers = []
-    if len(cells):
-        kinds = list(dict.fromkeys(cells["kind"]))
-        layers.append(alt.Chart(_data(cells)).mark_square(size=6).encode(
-            x=x, y=y, color=alt.Color("kind:N", legend=alt.Legend(title=None),
-                                      scale=alt.Scale(domain=kinds, range=[theme.cell_kind_color(k) for k in kinds]))))
-    if len(eps):
-        layers.append(alt.Chart(_data(eps)).mark_circle(size=4, color="#111111", opacity=0.6).encode(x=x, y=y))
+    if kinds_shown:
+        layers.append(alt.Chart(_data(view.cells)).mark_square(size=6).encode(
+            x=x, y=y, color=alt.Color("kind:N", title="cell", legend=alt.Legend(orient="right"), scale=alt.Scale(
+                domain=kinds_shown, range=[theme.cell_kind_color(k) for k in kinds_shown]))))
+    if len(view.paths):
+        layers.append(alt.Chart(_data(view.paths)).mark_line(strokeWidth=0.6, opacity=0.6, color="#555555").encode(
+            x=x, y=y, detail="life:N", order="step:Q"))
+    points = pd.concat([view.positions[["x", "y"]].assign(mark="episode end position"),
+                        view.deaths[["x", "y"]].assign(mark="death")], ignore_index=True)
+    if len(points):
+        shown = [m for m in marks if m in set(points["mark"])]
+        layers.append(alt.Chart(_data(points)).mark_point(filled=True, opacity=0.85).encode(
+            x=x, y=y, size=alt.condition(alt.datum.mark == "death", alt.value(60), alt.value(10)),
+            shape=alt.Shape("mark:N", title=None, scale=alt.Scale(
+                domain=shown, range=["circle" if m != "death" else "cross" for m in shown])),
+            color=alt.Color("mark:N", title=None, scale=alt.Scale(domain=shown, range=[marks[m] for m in shown]))))
     if not layers:
         layers.append(alt.Chart(_data(pd.DataFrame([{"text": "no cells or positions recorded"}])))
                       .mark_text(fontSize=8).encode(text="text:N"))
-    return Figure("spatial_grid", _style(alt.layer(*layers), width, WIDTHS[width]), [(key, run)], "grid",
-                  (lo, hi), {"range": [lo, hi]} | ({"kinds": sorted(kinds)} if kinds is not None else {}))
+    chart = alt.layer(*layers).resolve_scale(color="independent", shape="independent").properties(
+        title=_note("Grey lines: each life's path." if len(view.paths) else ""))
+    filters: dict[str, Any] = {"range": [view.lo, view.hi]}
+    if view.kinds is not None:
+        filters["kinds"] = sorted(view.kinds)
+    if view.life is not None:
+        filters["life"] = view.life
+    data = pd.concat([view.cells.assign(layer="cell"), view.paths.assign(layer="path"),
+                      view.positions.assign(layer="episode end position"), view.deaths.assign(layer="death")],
+                     ignore_index=True)
+    return Figure("spatial_grid", _style(chart, width, WIDTHS[width]), [(key, run)], "grid", (view.lo, view.hi),
+                  filters, data=data,
+                  caption=f"Cells {key} interacted with in env steps {view.lo}–{view.hi} (latest kind of each "
+                          f"cell), each life's path (grey), episode end positions and deaths; {view.plane} grows "
+                          "downwards as in the game.")
 
 
-def _band_chart(bands: pd.DataFrame, y_title: str, shade: list[tuple[int, int]] | None = None) -> alt.LayerChart:
-    scale = _method_scale(list(bands["method"]))
-    base = alt.Chart(_data(bands.dropna(subset=["mean"])))
+def _note(text: str) -> alt.TitleParams:
+    """A note under the plot, in the figure itself, saying what its marks mean."""
+    return alt.TitleParams(text, orient="bottom", anchor="start", fontSize=7, fontWeight="normal", color="#444444",
+                           limit=0)
+
+
+def _band_data(series: chart_data.SeedBands) -> pd.DataFrame:
+    """The drawn series with each method's legend label."""
+    return series.bands.assign(label=[series.label(m) for m in series.bands["method"]])
+
+
+def _band_chart(series: chart_data.SeedBands) -> alt.LayerChart:
+    """Lines (mean over seeds; colour and dash per method, legend with seeds), 95% interval
+    bands where a method has several seeds, shaded intervals, and the note saying so."""
+    methods = series.methods
+    labels = [series.label(m) for m in methods]
+    styles = [theme.method_style(m) for m in methods]
+    bands = series.bands.assign(label=series.bands["method"].map(dict(zip(methods, labels))))
+    color = alt.Scale(domain=labels, range=[s.color for s in styles])
+    dash = alt.Scale(domain=labels, range=[s.dash_array for s in styles])
     layers = []
-    if shade:
-        layers.append(alt.Chart(_data(pd.DataFrame(shade, columns=["lo", "hi"]))).mark_rect(
-            color="#1b9e77", opacity=0.12).encode(x="lo:Q", x2="hi:Q"))
-    layers.append(base.mark_area(opacity=0.2).encode(x="step:Q", y="lo:Q", y2="hi:Q",
-                                                     color=alt.Color("method:N", scale=scale, legend=None)))
-    layers.append(base.mark_line(strokeWidth=1.2).encode(
-        x=alt.X("step:Q", title="env step"), y=alt.Y("mean:Q", title=y_title),
-        color=alt.Color("method:N", scale=scale, legend=alt.Legend(title=None))))
-    return alt.layer(*layers)
+    if series.shade:
+        layers.append(alt.Chart(_data(pd.DataFrame(series.shade, columns=["lo", "hi"]))).mark_rect(
+            color=theme.method_color("mfm"), opacity=0.12).encode(x="lo:Q", x2="hi:Q"))
+    band = bands.dropna(subset=["lo", "hi"])
+    legend = alt.Legend(title=None, orient="top", symbolStrokeWidth=1.5, symbolType="stroke", symbolSize=400,
+                        labelLimit=400)
+    if len(band):
+        layers.append(alt.Chart(_data(band)).mark_area(fillOpacity=0.2, strokeWidth=0).encode(
+            x="step:Q", y="lo:Q", y2="hi:Q", fill=alt.Fill("label:N", scale=color, legend=None)))
+    layers.append(alt.Chart(_data(bands.dropna(subset=["mean"]))).mark_line(strokeWidth=1.2).encode(
+        x=alt.X("step:Q", title=series.x_title), y=alt.Y("mean:Q", title=series.y_title),
+        color=alt.Color("label:N", scale=color, legend=legend),
+        strokeDash=alt.StrokeDash("label:N", scale=dash, legend=legend)))
+    return alt.layer(*layers).resolve_legend(fill="independent").properties(title=_note(series.note))
 
 
-def steps_per_turn_figure(runs: list[tuple[str, Run]], window: int = 25, width: str = "double") -> Figure:
-    """Rolling median env steps per turn per method (seed band), shaded where MFM leads."""
-    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.steps_per_turn(r, window)) for _, r in runs],
-                          "median")
-    chart = _band_chart(bands, "env steps per turn", ap.exceed_intervals(bands))
-    return Figure("steps_per_turn", _style(chart, width, 140), runs, "steps_per_turn", _range(runs),
-                  {"window": window})
+def steps_per_turn_figure(runs: list[tuple[str, Run]], window: int = 25, width: str = "double",
+                          series: chart_data.SeedBands | None = None) -> Figure:
+    """Rolling median env steps per turn per method (seed band), shaded where MFM leads;
+    ``series``: the data a page drew (else prepared here)."""
+    series = series or chart_data.steps_per_turn(runs, window)
+    return Figure("steps_per_turn", _style(_band_chart(series), width, 140), runs, "steps_per_turn", _range(runs),
+                  dict(series.filters), data=_band_data(series),
+                  caption=f"Env steps per policy decision, rolling median over {window} turns, against env step. "
+                          + series.note)
 
 
-def progress_figure(runs: list[tuple[str, Run]], width: str = "double") -> Figure:
+def progress_figure(runs: list[tuple[str, Run]], width: str = "double",
+                    series: chart_data.SeedBands | None = None) -> Figure:
     """Milestones reached against env step per method (seed band)."""
-    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.milestone_curve(r)) for _, r in runs], "milestones",
-                          points=400, hold=True)
-    return Figure("progress", _style(_band_chart(bands, "milestones reached"), width, 140), runs, "progress",
-                  _range(runs))
+    series = series or chart_data.progress(runs)
+    return Figure("progress", _style(_band_chart(series), width, 140), runs, "progress", _range(runs),
+                  data=_band_data(series), caption="Milestones reached against env step (a finished run keeps its "
+                                                   "final count). " + series.note)
 
 
-def retargeting_figure(runs: list[tuple[str, Run]], width: str = "single") -> Figure:
-    """The A.4 table as grouped bars per method: retarget rates (inspecting vs other turns)
-    and the near share vs the null rate, with the counts as labels."""
-    _, table = ap.retarget_tables(runs)
-    rows = []
-    for r in table.itertuples():
-        rows += [{"method": r.method, "measure": "retarget | inspect", "rate": r.inspect_rate,
-                  "label": f"{r.inspect_retargets}/{r.inspect_turns}"},
-                 {"method": r.method, "measure": "retarget | other", "rate": r.other_rate,
-                  "label": f"{r.other_retargets}/{r.other_turns}"},
-                 {"method": r.method, "measure": "near", "rate": r.near_rate, "label": f"{r.near}/{r.new_targets}"},
-                 {"method": r.method, "measure": "null", "rate": r.null_rate, "label": ""}]
-    df = pd.DataFrame(rows, columns=["method", "measure", "rate", "label"]).dropna(subset=["rate"])
-    measures = ["retarget | inspect", "retarget | other", "near", "null"]
-    base = alt.Chart(_data(df)).encode(
-        y=alt.Y("measure:N", sort=measures, title=None),
-        x=alt.X("rate:Q", title="rate", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")))
+def echo_figure(runs: list[tuple[str, Run]], width: str = "double", series: chart_data.SeedBands | None = None
+                ) -> Figure:
+    """Echo learner runs: distinct achievements unlocked after each Echo episode per
+    configuration, the mean over seeds with its 95% interval."""
+    series = series or echo.unlock_bands(echo.learner_runs(r.path for _, r in runs)[0])
+    return Figure("echo_unlock", _style(_band_chart(series), width, 140), runs, "echo", None,
+                  data=_band_data(series), caption="Echo learner: distinct achievements unlocked after each Echo "
+                                                   "episode (one attempt at a goal), per configuration. " + series.note)
+
+
+def retargeting_figure(runs: list[tuple[str, Run]], width: str = "single", rates: pd.DataFrame | None = None
+                       ) -> Figure:
+    """The A.4 table as bars per method: retarget rates of inspecting vs other turns and the
+    near share vs its null rate, each with its Wilson 95% interval and the counts behind it
+    (``n/a`` where a method has nothing to count)."""
+    df = chart_data.retarget_rates(runs) if rates is None else rates
+    measures = list(chart_data.RETARGET_MEASURES)
+    methods = list(dict.fromkeys(df["method"]))
+    df = df.assign(text=[lab if lab.startswith("n/a") else f"{rate:.0%} ({lab})"
+                         for rate, lab in zip(df["rate"], df["label"])],
+                   at=[0.0 if math.isnan(r) else (h if not math.isnan(h) else r)
+                       for r, h in zip(df["rate"], df["hi"])])
+    y = alt.Y("measure:N", sort=measures, title=None)
+    x = alt.X("rate:Q", title="rate (share of turns; near and null: share of new targets)",
+              scale=alt.Scale(domain=[0, 1.45]), axis=alt.Axis(format="%", values=[0, 0.25, 0.5, 0.75, 1]))
+    base = alt.Chart(_data(df))
     chart = alt.layer(
-        base.mark_bar(height=8).encode(color=alt.Color("measure:N", sort=measures, legend=None, scale=alt.Scale(
-            domain=measures, range=["#1b9e77", "#a6d8c9", "#d95f02", "#bbbbbb"]))),
-        base.mark_text(align="left", dx=3, fontSize=6).encode(text="label:N"),
-    ).properties(width=WIDTHS[width], height=60).facet(row=alt.Row("method:N", title=None,
-                                                                   sort=list(table["method"])))
-    styled = (chart.configure(font=FONT, background="white")
+        base.mark_bar(height=8).encode(y=y, x=x, color=alt.Color("measure:N", sort=measures, title=None, scale=alt.Scale(
+            domain=measures, range=[theme.RETARGET_COLORS[m] for m in measures]), legend=alt.Legend(orient="top"))),
+        base.mark_rule(strokeWidth=0.8, color="#222222").encode(y=y, x="lo:Q", x2="hi:Q"),
+        base.mark_text(align="left", dx=3, fontSize=6).encode(y=y, x="at:Q", text="text:N"),
+    ).properties(width=WIDTHS[width], height=60).facet(
+        row=alt.Row("method:N", title=None, sort=methods, header=alt.Header(labelExpr="datum.value")))
+    styled = (chart.properties(title=_note("Bars: rates pooled over each method's seeds; lines: Wilson 95% "
+                                           "intervals; null: the near share expected by chance."))
+              .configure(font=FONT, background="white")
               .configure_axis(labelFontSize=7, titleFontSize=8, grid=False, domainWidth=0.6,
                               titleFontWeight="normal")
-              .configure_legend(labelFontSize=7, orient="top")
+              .configure_legend(labelFontSize=7, orient="top", symbolSize=40)
               .configure_header(labelFontSize=8, labelAngle=0, labelAlign="left")
               .configure_view(stroke=None))
-    return Figure("retargeting", styled, runs, "retargeting", _range(runs), {"radius": ap.RADIUS})
-
-
-PROVENANCE_LABELS = {"knowledge": "knowledge lines", "procedure": "procedure versions", "plan": "plan versions",
-                     "file": "other files"}
+    return Figure("retargeting", styled, runs, "retargeting", _range(runs), {"radius": ap.RADIUS}, data=df,
+                  caption=f"Retargeting after inspection (paper A.4): per method, the share of inspecting and of "
+                          f"other turns that name a new target, and the share of new targets within {ap.RADIUS:g} "
+                          "cells of an inspected episode against the share expected by chance.")
 
 
 def provenance_figure(key: str, run: Run, width: str = "double", lo: int | None = None, hi: int | None = None,
@@ -196,18 +254,18 @@ def provenance_figure(key: str, run: Run, width: str = "double", lo: int | None 
     episode citations those versions carry."""
     g = provenance.filter_steps(provenance.build_graph(run), lo, hi)
     table = provenance.summary(g, bins)
-    table["what"] = [PROVENANCE_LABELS.get(k, k) for k in table["kind"]]
+    table["what"] = [theme.PROVENANCE_KINDS[k][0] if k in theme.PROVENANCE_KINDS else k for k in table["kind"]]
     table["end"] = table["hi"] + 1
-    kinds = [PROVENANCE_LABELS[k] for k in PROVENANCE_LABELS if k in set(table["kind"])]
-    palette = dict(zip(PROVENANCE_LABELS.values(), ("#1b9e77", "#d95f02", "#7570b3", "#999999")))
-    lo_, hi_ = _clip(run, lo, hi)
+    present = set(table["kind"])
+    kinds = [label for k, (label, _) in theme.PROVENANCE_KINDS.items() if k in present]
+    colors = [color for k, (_, color) in theme.PROVENANCE_KINDS.items() if k in present]
+    lo_, hi_ = chart_data.clip_range(run, lo, hi)
     if len(table):
         x = alt.X("lo:Q", title="env step", scale=alt.Scale(domain=[lo_, max(hi_, int(table["end"].max()))],
                                                             nice=False))
         bars = alt.Chart(_data(table)).mark_bar().encode(
             x=x, x2="end:Q", y=alt.Y("sum(versions):Q", title="versions written"),
-            color=alt.Color("what:N", legend=alt.Legend(title=None),
-                            scale=alt.Scale(domain=kinds, range=[palette[k] for k in kinds])))
+            color=alt.Color("what:N", legend=alt.Legend(title=None), scale=alt.Scale(domain=kinds, range=colors)))
         cites = alt.Chart(_data(table)).mark_bar(color="#444444").encode(
             x=x, x2="end:Q", y=alt.Y("sum(citations):Q", title="episode citations"))
         chart = alt.vconcat(bars.properties(width=WIDTHS[width], height=110),
@@ -219,7 +277,53 @@ def provenance_figure(key: str, run: Run, width: str = "double", lo: int | None 
               .configure_axis(labelFontSize=7, titleFontSize=8, grid=False, domainWidth=0.6, tickWidth=0.6,
                               titleFontWeight="normal")
               .configure_legend(labelFontSize=7, orient="top").configure_view(stroke=None))
-    return Figure("provenance", styled, [(key, run)], "provenance", (lo_, hi_), {"range": [lo_, hi_], "bins": bins})
+    return Figure("provenance", styled, [(key, run)], "provenance", (lo_, hi_), {"range": [lo_, hi_], "bins": bins},
+                  data=table, caption=f"Agent-written memory of {key}, env steps {lo_}–{hi_}: versions written per "
+                                      "step bin by kind, and the episode citations they carry.")
+
+
+def provenance_graph_figure(key: str, run: Run, width: str = "double", lo: int | None = None,
+                            hi: int | None = None, layout: chart_data.ProvenancePrint | None = None) -> Figure:
+    """The provenance graph of a step range, for paper: memory versions in rows by kind
+    (knowledge, procedures, plan) over env steps, episodes on the bottom row, lines for
+    citations (grey) and revisions (purple), the most cited versions labelled without overlap."""
+    p = layout or chart_data.provenance_print(run, lo, hi, width_pt=WIDTHS[width])
+    lanes = {lane: ("episodes" if kind == "episode" else theme.PROVENANCE_KINDS[kind][0])
+             for kind, lane in chart_data.PROVENANCE_LANES.items()}
+    shown = sorted(set(p.nodes["lane"])) if len(p.nodes) else []
+    x = alt.X("step:Q", title="env step", scale=alt.Scale(domain=[p.lo, max(p.hi, p.lo + 1)], nice=False))
+    y = alt.Y("lane:Q", title=None, scale=alt.Scale(domain=[-0.4, max(shown, default=1) + 0.9]),
+              axis=alt.Axis(values=shown, labelExpr=" : ".join(f"datum.value == {k} ? '{v}'" for k, v in
+                                                                 lanes.items() if k in shown) + " : ''",
+                            grid=False, ticks=False, domain=False))
+    kinds = [k for k in chart_data.PROVENANCE_LANES if k in set(p.nodes["kind"])]
+    palette = {k: theme.PROVENANCE_KINDS[k][1] for k in theme.PROVENANCE_KINDS} | {"episode": "#444444"}
+    layers = []
+    edge_dashes = {"cites": [], "revises": [3, 2], "disabled_because": [1, 1.5], "used_in": [6, 2]}
+    if len(p.edges):
+        ekinds = [k for k in edge_dashes if k in set(p.edges["kind"])]
+        layers.append(alt.Chart(_data(p.edges)).mark_rule(strokeWidth=0.6, opacity=0.7, color="#777777").encode(
+            x="x:Q", y="y:Q", x2="x2:Q", y2="y2:Q", strokeDash=alt.StrokeDash("kind:N", title="link", scale=alt.Scale(
+                domain=ekinds, range=[edge_dashes[k] for k in ekinds]), legend=alt.Legend(orient="top"))))
+    if len(p.nodes):
+        layers.append(alt.Chart(_data(p.nodes)).mark_point(size=14, filled=True, opacity=0.9).encode(
+            x=x, y=y, shape=alt.Shape("kind:N", title="node", legend=alt.Legend(orient="top"), scale=alt.Scale(
+                domain=kinds, range=["square" if k == "episode" else "circle" for k in kinds])),
+            color=alt.Color("kind:N", title="node", scale=alt.Scale(domain=kinds, range=[palette[k] for k in kinds]))))
+    if len(p.labels):
+        layers.append(alt.Chart(_data(p.labels.rename(columns={"y": "lane", "x": "step"}))).mark_text(
+            align="left", baseline="middle", dx=2, fontSize=6, color="#222222").encode(x=x, y=y, text="text:N"))
+    if not layers:
+        layers.append(alt.Chart(_data(pd.DataFrame([{"text": "no memory written in this range"}]))).mark_text(
+            fontSize=8).encode(text="text:N"))
+    chart = alt.layer(*layers).properties(title=_note(
+        f"Labelled: the {len(p.labels)} most cited versions ({p.unlabelled} others unlabelled; the Provenance page "
+        "shows every label)."))
+    return Figure("provenance_graph", _style(chart, width, 36 * (len(shown) + 1)), [(key, run)], "provenance",
+                  (p.lo, p.hi), {"range": [p.lo, p.hi]}, data=p.nodes,
+                  caption=f"Provenance of {key}'s agent-written memory, env steps {p.lo}–{p.hi}: each memory "
+                          "version at the step it was written, linked to the episodes it cites and to the version "
+                          "it revises.")
 
 
 def _range(runs: list[tuple[str, Run]]) -> tuple[int, int] | None:
@@ -259,13 +363,37 @@ def deep_link(fig: Figure, base_url: str = "") -> str:
     return f"{base_url.rstrip('/')}/{fig.page}?" + urlencode({k: v for k, v in q.items() if v})
 
 
-def manifest(fig: Figure, width: str, base_url: str = "") -> dict[str, Any]:
-    """The figure's provenance record."""
-    return {"figure": fig.name, "width": width, "width_pt": WIDTHS[width],
+def code_commit() -> str | None:
+    """The git commit of the source tree the package runs from, if it is a checkout."""
+    git = Path(__file__).resolve().parent.parent / ".git"
+    try:
+        head = (git / "HEAD").read_text(encoding="utf-8").strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        if (git / ref).is_file():
+            return (git / ref).read_text(encoding="utf-8").strip()
+        for line in (git / "packed-refs").read_text(encoding="utf-8").splitlines():
+            if line.endswith(" " + ref):
+                return line.split(" ")[0]
+    except OSError:
+        return None
+    return None
+
+
+def manifest(fig: Figure, width: str, base_url: str = "", command: str = "", data_file: str | None = None
+             ) -> dict[str, Any]:
+    """The figure's provenance record: what it shows, the runs and their hashes, the range and
+    filters, the data file beside it, the command and the code that made it."""
+    tasks = sorted({r.manifest.task for _, r in fig.runs if r.manifest})
+    return {"figure": fig.name, "caption": fig.caption, "task": tasks[0] if len(tasks) == 1 else tasks,
+            "width": width, "width_pt": WIDTHS[width],
             "runs": [{"key": k, "path": str(r.path), "method": ap.method_of(r), "seed": ap.seed_of(r),
                       "sha256": content_hash(r)} for k, r in fig.runs],
             "steps": list(fig.steps) if fig.steps else None, "filters": fig.filters, "view": fig.view,
-            "package": {"name": "mfm", "version": package_version()}, "deep_link": deep_link(fig, base_url)}
+            "data": data_file, "command": command,
+            "package": {"name": "mfm", "version": package_version(), "commit": code_commit()},
+            "deep_link": deep_link(fig, base_url)}
 
 
 def render(fig: Figure, fmt: str) -> bytes:
@@ -280,8 +408,11 @@ def render(fig: Figure, fmt: str) -> bytes:
     raise ValueError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def save(fig: Figure, out_dir: Path, width: str, stem: str | None = None, base_url: str = "") -> list[Path]:
-    """Write ``stem.svg/.pdf/.png`` and ``stem.json`` (the manifest) into ``out_dir``."""
+def save(fig: Figure, out_dir: Path, width: str, stem: str | None = None, base_url: str = "",
+         command: str = "") -> list[Path]:
+    """Write ``stem.svg/.pdf/.png``, its data ``stem.csv`` and ``stem.json`` (the manifest)
+    into ``out_dir``."""
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = stem or fig.name
     written = []
@@ -289,8 +420,14 @@ def save(fig: Figure, out_dir: Path, width: str, stem: str | None = None, base_u
         p = out_dir / f"{stem}.{fmt}"
         p.write_bytes(render(fig, fmt))
         written.append(p)
+    data_file = None
+    if fig.data is not None:
+        data_file = f"{stem}.csv"
+        fig.data.to_csv(out_dir / data_file, index=False)
+        written.append(out_dir / data_file)
     p = out_dir / f"{stem}.json"
-    p.write_text(json.dumps(manifest(fig, width, base_url), indent=2) + "\n", encoding="utf-8")
+    p.write_text(json.dumps(manifest(fig, width, base_url, command, data_file), indent=2) + "\n",
+                 encoding="utf-8")
     return [*written, p]
 
 
@@ -314,22 +451,93 @@ def _expand(paths: Sequence[str | Path]) -> list[tuple[str, Run]]:
     return list(out.items())
 
 
-def write_figures(paths: Sequence[str | Path], out_dir: str | Path, window: int = 25,
-                  base_url: str = "") -> list[Path]:
-    """Every standard figure for the runs under ``paths``: per run a timeline, a spatial grid
-    and a provenance summary (runs that wrote memory), over all runs steps per turn,
-    retargeting and progress. Returns the files written."""
+def _html(sections: list[tuple[str, list[tuple[str, Figure, str]], list[tuple[str, str]], list[str]]]) -> str:
+    """One page showing every figure (its SVG, caption and files) and table, per task."""
+    esc = html.escape
+    parts = ["<!doctype html><meta charset='utf-8'><title>mfm figures</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+             "figure{margin:1.5em 0;border-top:1px solid #ddd;padding-top:1em}figcaption{font-size:.9em;color:#444}"
+             "table{border-collapse:collapse;font-size:.85em}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
+             ".note{color:#a33}</style>", "<h1>mfm figures</h1>"]
+    for task, figs, tabs, notes in sections:
+        parts.append(f"<h2>Task: {esc(task)}</h2>")
+        parts += [f"<p class='note'>{esc(n)}</p>" for n in notes]
+        for stem, fig, width in figs:
+            files = " · ".join(f"<a href='{esc(task)}/{esc(stem)}.{ext}'>{ext}</a>"
+                               for ext in (*FORMATS, *(("csv",) if fig.data is not None else ()), "json"))
+            parts.append(f"<figure><img src='{esc(task)}/{esc(stem)}.svg' alt='{esc(fig.name)}' "
+                         f"style='width:{2 * WIDTHS[width] + 120}px;max-width:100%'><figcaption><b>{esc(stem)}</b> "
+                         f"({width} column). {esc(fig.caption)}<br>{files}</figcaption></figure>")
+        for title, table_html in tabs:
+            parts.append(f"<h3>{esc(title)}</h3>{table_html}")
+    return "\n".join(parts) + "\n"
+
+
+def write_figures(paths: Sequence[str | Path], out_dir: str | Path, window: int = 25, base_url: str = "",
+                  width: str | None = None, html_page: bool = False, command: str = "",
+                  notes: list[str] | None = None) -> list[Path]:
+    """Every standard figure and table for the runs under ``paths``, one folder per task (never
+    two tasks on one axis): per run a timeline, a spatial grid and, for runs that wrote memory,
+    a provenance summary and graph; over the task's runs progress, steps per turn, retargeting
+    and (learner runs) Echo unlock curves; the paper's tables as LaTeX and CSV. ``width``
+    (``single``/``double``) overrides each figure's own; ``html_page`` adds ``index.html``
+    showing everything. A figure with nothing to show is not written and a sentence saying so
+    is appended to ``notes``. Returns the files written."""
     runs = [(k, r) for k, r in _expand(paths) if r.manifest is not None]
     if not runs:
         raise ValueError(f"no run found under {', '.join(map(str, paths))}")
-    out = Path(out_dir)
+    if width is not None and width not in WIDTHS:
+        raise ValueError(f"unknown width {width!r}; use one of {', '.join(WIDTHS)}")
+    notes = [] if notes is None else notes
     written: list[Path] = []
-    for key, run in runs:
-        written += save(timeline_figure(key, run), out, "double", f"timeline_{file_stem(key)}", base_url)
-        written += save(grid_figure(key, run), out, "single", f"spatial_grid_{file_stem(key)}", base_url)
-        if run.records("memory_writes.jsonl"):
-            written += save(provenance_figure(key, run), out, "double", f"provenance_{file_stem(key)}", base_url)
-    written += save(steps_per_turn_figure(runs, window), out, "double", base_url=base_url)
-    written += save(retargeting_figure(runs), out, "single", base_url=base_url)
-    written += save(progress_figure(runs), out, "double", base_url=base_url)
+    sections = []
+    for task, group in chart_data.tasks(runs):
+        out = Path(out_dir) / file_stem(task)
+        made: list[tuple[str, Figure, str]] = []
+
+        def add(fig: Figure, w: str, stem: str) -> None:
+            written.extend(save(fig, out, w, stem, base_url, command))
+            made.append((stem, fig, w))
+
+        for key, run in group:
+            add(timeline_figure(key, run, width or "double"), width or "double", f"timeline_{file_stem(key)}")
+            add(grid_figure(key, run, width or "single"), width or "single", f"spatial_grid_{file_stem(key)}")
+            if run.records("memory_writes.jsonl"):
+                add(provenance_figure(key, run, width or "double"), width or "double", f"provenance_{file_stem(key)}")
+                add(provenance_graph_figure(key, run, width or "double"), width or "double",
+                    f"provenance_graph_{file_stem(key)}")
+        progress = chart_data.progress(group)
+        if len(progress.bands):
+            add(progress_figure(group, width or "double", progress), width or "double", "progress")
+        else:
+            notes.append(f"progress ({task}): no run records a milestone curve; not drawn.")
+        if any(len(r.records("turns.jsonl")) for _, r in group):
+            add(steps_per_turn_figure(group, window, width or "double"), width or "double", "steps_per_turn")
+            rates = chart_data.retarget_rates(group)
+            if rates["rate"].notna().any():
+                add(retargeting_figure(group, width or "single", rates), width or "single", "retargeting")
+            else:
+                notes.append(f"retargeting ({task}): no turn to count; not drawn.")
+        else:
+            notes.append(f"steps_per_turn, retargeting ({task}): no run of this task records turns; not drawn.")
+        learners = [(k, r) for k, r in group if echo.has_csd(r.path)]
+        if learners:
+            series = echo.unlock_bands(echo.learner_runs(r.path for _, r in learners)[0])
+            if len(series.bands):
+                add(echo_figure(learners, width or "double", series), width or "double", "echo_unlock")
+            else:
+                notes.append(f"echo_unlock ({task}): no Echo episode recorded yet; not drawn.")
+        tabs = []
+        for name, title, table in paper_tables.tables(ap.measures(group)):
+            tex, csv = out / f"table_{name}.tex", out / f"table_{name}.csv"
+            tex.write_text(paper_tables.to_latex(table, f"{title}; task {task}.", f"tab:{name}-{task}"),
+                           encoding="utf-8")
+            table.to_csv(csv, index=False)
+            written += [tex, csv]
+            tabs.append((title, table.to_html(index=False, escape=True, border=0)))
+        sections.append((task, made, tabs, [n for n in notes if f"({task})" in n]))
+    if html_page:
+        page = Path(out_dir) / "index.html"
+        page.write_text(_html(sections), encoding="utf-8")
+        written.append(page)
     return written

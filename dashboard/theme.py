@@ -6,15 +6,63 @@ page and in every run. Names not listed get a colour from a fixed hash of the na
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 
 QUALITATIVE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
                "#9c755f", "#bab0ac", "#17becf", "#bcbd22")
 """Tableau-10 plus two: the fallback palette for names without a fixed colour."""
 
 METHOD_COLORS = {
-    "mfm": "#1b9e77", "vista": "#d95f02", "pro-long": "#7570b3", "prolong": "#7570b3", "direct": "#e7298a",
-    "random": "#666666", "scripted": "#e6ab02",
+    "mfm": "#009E73", "vista": "#D55E00", "pro-long": "#0072B2", "prolong": "#0072B2", "direct": "#CC79A7",
+    "random": "#7f7f7f", "scripted": "#E69F00", "ical": "#56B4E9", "passive": "#000000",
 }
+"""Methods in the Okabe–Ito palette (Okabe & Ito 2008, "Color Universal Design"), which stays
+distinguishable under the common colour-vision deficiencies."""
+
+METHOD_DASHES = {"mfm": "solid", "vista": "dash", "pro-long": "dot", "prolong": "dot", "direct": "dashdot",
+                 "random": "longdash", "scripted": "longdashdot", "ical": "solid", "passive": "dash"}
+METHOD_MARKERS = {"mfm": "circle", "vista": "square", "pro-long": "diamond", "prolong": "diamond",
+                  "direct": "triangle-up", "random": "x", "scripted": "cross", "ical": "circle", "passive": "square"}
+DASH_ARRAYS = {"solid": [], "dash": [6, 3], "dot": [1.5, 2], "dashdot": [6, 2, 1.5, 2], "longdash": [10, 3],
+               "longdashdot": [10, 2, 1.5, 2]}
+"""Plotly's dash names as Vega-Lite stroke dash arrays (points), for the printed figures."""
+VEGA_SHAPES = {"circle": "circle", "square": "square", "diamond": "diamond", "triangle-up": "triangle-up",
+               "x": "cross", "cross": "cross"}
+"""Plotly's marker symbols as Vega-Lite point shapes."""
+
+
+@dataclass(frozen=True)
+class MethodStyle:
+    """How a method is drawn everywhere: colour, line dash and marker (Plotly names)."""
+
+    color: str
+    dash: str
+    marker: str
+
+    @property
+    def dash_array(self) -> list[float]:
+        """The dash as a Vega-Lite stroke dash array."""
+        return DASH_ARRAYS[self.dash]
+
+    @property
+    def shape(self) -> str:
+        """The marker as a Vega-Lite point shape."""
+        return VEGA_SHAPES[self.marker]
+
+
+def method_style(method: str | None) -> MethodStyle:
+    """The style of a method (``mfm``, or with ablations ``mfm no-frames``): its base
+    method's colour; an ablation keeps the colour and takes another dash and marker."""
+    name = (method or "unknown").lower()
+    base, _, ablation = name.partition(" ")
+    color = METHOD_COLORS.get(base) or _hashed(base)
+    dashes, markers = list(DASH_ARRAYS), list(VEGA_SHAPES)
+    if not ablation and base in METHOD_DASHES:
+        return MethodStyle(color, METHOD_DASHES[base], METHOD_MARKERS[base])
+    h = zlib.crc32(name.encode("utf-8"))
+    return MethodStyle(color, dashes[1 + h % (len(dashes) - 1)] if ablation else dashes[h % len(dashes)],
+                       markers[h % len(markers)])
+
 
 CELL_KIND_COLORS = {
     "walked": "#c7ccd6", "placed": "#8c564b", "opened": "#f2b01e", "blocked": "#3b3b3b", "hazard": "#d62728",
@@ -45,6 +93,14 @@ MARK_STYLES = {
     "model_failed": {"symbol": "circle-x", "color": "#d62728", "size": 10, "name": "model requests failed"},
 }
 
+RETARGET_COLORS = {"retarget | inspect": "#1b9e77", "retarget | other": "#a6d8c9", "near": "#d95f02",
+                   "null": "#bbbbbb"}
+"""The A.4 rates (``loaders.chart_data.RETARGET_MEASURES``), on screen and in print."""
+
+PROVENANCE_KINDS = {"knowledge": ("knowledge lines", "#1b9e77"), "procedure": ("procedure versions", "#d95f02"),
+                    "plan": ("plan versions", "#7570b3"), "file": ("other files", "#999999")}
+"""Memory kinds of the provenance summary: their legend label and colour."""
+
 VITAL_COLORS = {"health": "#d62728", "food": "#ff7f0e", "drink": "#1f77b4", "energy": "#2ca02c"}
 
 STATUS_LABELS = {"running": "● running", "finished": "✓ finished", "interrupted": "‖ interrupted",
@@ -56,9 +112,8 @@ def _hashed(name: str) -> str:
 
 
 def method_color(method: str | None) -> str:
-    """The colour of a method (agent configuration) on every page."""
-    name = (method or "unknown").lower()
-    return METHOD_COLORS.get(name) or _hashed(name)
+    """The colour of a method (agent configuration) on every page and in every figure."""
+    return method_style(method).color
 
 
 def cell_kind_color(kind: str) -> str:

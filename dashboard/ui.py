@@ -24,7 +24,7 @@ from dashboard import safe_text
 from dashboard.core import PAGES_DIR, live_caption, param_problem, resolve_run_key, run_key, runs_root, \
     split_list, status_changes
 from dashboard.theme import STATUS_LABELS
-from loaders import run_pages
+from loaders import chart_data, run_pages
 from loaders.live import LiveRuns, needs_refresh, watch_key
 from loaders.run import Run, find_runs
 from mfm.boundary import UnsafePath
@@ -39,6 +39,8 @@ GLOBAL_KEYS = ("runs", "run")
 PAGE_SPECS = {
     "runs": ("runs.py", "Runs", ":material/table_rows:"),
     "timeline": ("timeline.py", "Timeline", ":material/view_timeline:"),
+    "turns": ("turns.py", "Turns", ":material/psychology:"),
+    "failures": ("failures.py", "Failures", ":material/report:"),
     "frames": ("frames.py", "Frames", ":material/compare:"),
     "grid": ("grid.py", "Spatial grid", ":material/grid_on:"),
     "retargeting": ("retargeting.py", "Retargeting", ":material/my_location:"),
@@ -52,9 +54,14 @@ PAGE_SPECS = {
 
 
 def pages() -> dict[str, Any]:
-    """The app's pages as ``st.Page`` objects (the Runs page is the default)."""
-    return {name: st.Page(PAGES_DIR / file, title=title, icon=icon, url_path=name, default=name == "runs")
-            for name, (file, title, icon) in PAGE_SPECS.items()}
+    """The app's pages as ``st.Page`` objects. The Runs page is the default, served at the
+    app's root (Streamlit gives a default page the url ``""``); ``/runs`` opens the same script
+    through a hidden page, so a link or bookmark naming it is not "Page not found"."""
+    out = {name: st.Page(PAGES_DIR / file, title=title, icon=icon, url_path=name)
+           for name, (file, title, icon) in PAGE_SPECS.items() if name != "runs"}
+    file, title, icon = PAGE_SPECS["runs"]
+    return {"runs": st.Page(PAGES_DIR / file, title=title, icon=icon, url_path="home", default=True), **out,
+            "runs_path": st.Page(PAGES_DIR / file, title=title, icon=icon, url_path="runs", visibility="hidden")}
 
 
 def root() -> Path:
@@ -118,34 +125,61 @@ def restore(keys: tuple[str, ...]) -> None:
             st.query_params[k] = sticky[k]
 
 
-def init_widget(key: str, value: Any) -> None:
-    """Give a keyed widget its starting value (from the URL) unless it already has one."""
-    if key not in st.session_state:
-        st.session_state[key] = value
-
-
 def bound(key: str, param: str, default: Any, parse: Callable[[str], Any] = str,
-          fmt: Callable[[Any], object] = str, sync: bool = False) -> dict[str, Any]:
+          fmt: Callable[[Any], object] = str, sync: bool = False, keep: bool = False,
+          also: Callable[[Any], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Bind the widget ``key`` to the URL parameter ``param``; returns the widget's ``key``
     and ``on_change`` arguments.
 
     The widget starts at ``parse(value)`` of the parameter (``default`` when it is absent, or
     ``parse`` gives None or raises ValueError) unless the session already holds a value; with
     ``sync`` the URL wins on every run. A change writes ``fmt(value)`` to the URL, or removes
-    the parameter when the value is ``default`` or None, so a deep link reopens the same view."""
+    the parameter when the value is ``default`` or None, so a deep link reopens the same view;
+    with ``keep`` the URL names the value on every run, default or not. ``also(value)`` gives
+    further parameters a change sets (None removes one), e.g. the step of the episode just left."""
+    def parse_one(text: str) -> tuple | None:
+        v = parse(text)
+        return None if v is None else (v,)
+
+    return bound_group((key,), param, None if default is None else (default,), parse_one, lambda vs: fmt(vs[0]),
+                       sync, keep, (lambda vs: also(vs[0])) if also else None)[0]
+
+
+def bound_group(keys: Sequence[str], param: str, default: tuple | None, parse: Callable[[str], tuple | None],
+                fmt: Callable[[tuple], object], sync: bool = False, keep: bool = False,
+                also: Callable[[tuple], dict[str, Any]] | None = None, initial: tuple | None = None
+                ) -> list[dict[str, Any]]:
+    """Bind several widgets to the parts of one URL parameter (a cell's x and y, a region's
+    columns and rows): ``parse(text)`` gives one value per key, ``fmt`` takes those values;
+    ``default`` is a tuple (or None: the parameter stays in the URL once set), ``initial`` what
+    the widgets show while the parameter is absent (``default`` if not given). Otherwise as
+    :func:`bound`; returns each widget's ``key`` and ``on_change``."""
     text = qp(param)
     try:
         value = None if text is None else parse(text)
     except ValueError:
         value = None
-    if sync or key not in st.session_state:
-        st.session_state[key] = default if value is None else value
+    if value is not None and len(value) != len(keys):
+        value = None
+    start = next((v for v in (value, initial, default) if v is not None), (None,) * len(keys))
+    if sync or any(k not in st.session_state for k in keys):
+        for k, v in zip(keys, start):
+            st.session_state[k] = v
+    if keep and None not in (now := tuple(st.session_state[k] for k in keys)):
+        set_qp(**{param: fmt(now)})
 
     def changed() -> None:
-        v = st.session_state[key]
-        set_qp(**{param: None if v is None or v == default else fmt(v)})
+        vs = tuple(st.session_state[k] for k in keys)
+        set_qp(**{param: None if None in vs or vs == default else fmt(vs)}, **(also(vs) if also else {}))
 
-    return {"key": key, "on_change": changed}
+    return [{"key": k, "on_change": changed} for k in keys]
+
+
+def goes_to(key: str, param: str) -> dict[str, Any]:
+    """A picker that moves the view (open a merged node, a citing version): choosing a value
+    writes it to the URL parameter ``param`` that another widget is bound to; the picker keeps
+    no URL state of its own. Returns the widget's ``key`` and ``on_change``."""
+    return {"key": key, "on_change": lambda: set_qp(**{param: st.session_state[key]})}
 
 
 @st.cache_resource(show_spinner=False)
@@ -215,7 +249,8 @@ def sidebar(page_keys: tuple[str, ...] = ()) -> tuple[list[tuple[str, Run]], tup
             if focus:
                 m = focus[1].manifest
                 if m:
-                    st.caption(md(f"{m.task} · {m.method} · seed {m.seed} · {focus[1].status}"))
+                    st.caption(md(f"{m.task} · {m.method} · seed {'unknown' if m.seed is None else m.seed} · "
+                                  f"{focus[1].status}"))
         else:
             st.caption("No run open: pick runs on the Runs page.")
     if focus and qp("run") != focus[0]:
@@ -272,13 +307,8 @@ frame: Callable[..., np.ndarray] = cached(run_pages.frame_for, max_entries=2048)
 """``frame(run, step=None, episode=None)``: a frame (cached); raises FrameError or UnsafePath."""
 
 
-def _timeline_data(run: Run, lo: int, hi: int, color_by: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Bars, marks and vitals of a step range."""
-    return (run_pages.timeline_bars(run.episodes(), lo, hi, color_by), run_pages.timeline_marks(run, lo, hi),
-            run_pages.vitals_series(run.steps(), lo, hi))
-
-
-timeline_data = cached(_timeline_data)
+timeline: Callable[..., chart_data.TimelineView] = cached(chart_data.timeline)
+"""``timeline(run, lo, hi, color_by)``: the timeline's data (cached)."""
 inspections: Callable[[Run], pd.DataFrame] = cached(lambda run: run_pages.inspections(run.turns(), run.episodes()))
 """The frame inspections of a run (cached)."""
 

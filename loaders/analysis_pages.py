@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import difflib
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 import pandas as pd
 
-from loaders import paper_measures, provenance
+from loaders import paper_measures, paper_tables, provenance
 from loaders.paper_measures import RADIUS, Retargeting
 from loaders.run import Run
+from loaders.run_pages import position_at, search_hits, search_text
 from mfm.schema import IndexRow, TurnRow
 
 
@@ -27,11 +26,14 @@ def method_of(run: Run) -> str:
     return paper_measures.label(run.manifest) if run.manifest else run.name
 
 
-def seed_of(run: Run) -> int:
-    return int(run.manifest.seed) if run.manifest else 0
+def seed_of(run: Run) -> int | None:
+    """The run's world seed, or None where the run records none (a foreign export)."""
+    seed = run.manifest.seed if run.manifest else None
+    return None if seed is None else int(seed)
 
 
-def _method_key(name: str) -> tuple[int, str]:
+def method_key(name: str) -> tuple[int, str]:
+    """Sort key of a method: the paper's order first, then by name."""
     return (paper_measures.ORDER.index(name) if name in paper_measures.ORDER else len(paper_measures.ORDER), name)
 
 
@@ -61,7 +63,7 @@ def retarget_tables(runs: Sequence[tuple[str, Run]], radius: float = RADIUS) -> 
         seeds, total = pooled.get(method, (0, Retargeting()))
         pooled[method] = (seeds + 1, total + r)
     per_method = [{"method": m, "runs": pooled[m][0], **_retarget_row(pooled[m][1])}
-                  for m in sorted(pooled, key=_method_key)]
+                  for m in sorted(pooled, key=method_key)]
     return pd.DataFrame(per_run), pd.DataFrame(per_method)
 
 
@@ -97,7 +99,12 @@ def retarget_turns(run: Run, radius: float = RADIUS) -> pd.DataFrame:
 
 @dataclass
 class RetargetAudit:
-    """One retarget turn in full: what it searched, inspected, had, planned, and chose."""
+    """One retarget turn in full: what it searched, inspected, had, planned, and chose.
+
+    ``position`` is where the agent of the turn's life stood when the turn began
+    (:func:`loaders.run_pages.position_at` at ``turn.first_step`` in ``turn.life``: after a
+    respawn, the respawn point, not where the last life died); ``had`` the ``(step, life)``
+    of the frame the agent had then (for :func:`loaders.run_pages.frame_at`)."""
 
     turn: TurnRow
     searches: list[dict] = field(default_factory=list)
@@ -105,38 +112,38 @@ class RetargetAudit:
     position: tuple[float, float] | None = None
     targets: list[dict] = field(default_factory=list)
     radius: float = RADIUS
-
-
-def _position(run: Run, step: int) -> tuple[float, float] | None:
-    st = run.steps()
-    if len(st):
-        before = st[(st["step"] <= step) & st["x"].notna()]
-        if len(before):
-            row = before.iloc[int(before["step"].to_numpy().argmax())]
-            return float(row["x"]), float(row["y"])
-    ends = [r for r in run.records("index.jsonl") if r.last_step <= step and r.x is not None]
-    return (float(ends[-1].x), float(ends[-1].y)) if ends else None
+    had: tuple[int, int] | None = None
 
 
 def retarget_audit(run: Run, turn: int, radius: float = RADIUS) -> RetargetAudit | None:
-    """The audit of turn number ``turn``, or None if the run has no such turn."""
+    """The audit of turn number ``turn``, or None if the run has no such turn. Each search is
+    ``query`` (in words, :func:`loaders.run_pages.search_text`), ``args``, ``returned`` (the
+    episode ids) and ``count`` (None when the record holds no result list); each inspection
+    names the inspected episode's ``life`` and the ``step`` of the frame it looked at."""
     t = next((x for x in run.records("turns.jsonl") if x.turn == turn), None)
     if t is None:
         return None
     by_id = {r.id: r for r in run.records("index.jsonl")}
-    out = RetargetAudit(turn=t, position=_position(run, t.first_step), radius=radius)
+    out = RetargetAudit(turn=t, position=position_at(run, t.first_step, t.life), radius=radius,
+                        had=(t.first_step, t.life))
     looked = {r.id for r in _looked(t, by_id)}
     for c in t.calls:
-        args, res = c.get("args") or {}, c.get("result") or {}
+        args = c.get("args") if isinstance(c.get("args"), dict) else {}
+        res = c.get("result") if isinstance(c.get("result"), dict) else {}
         if c.get("tool") == "search":
-            out.searches.append({"query": {k: v for k, v in args.items()}, "returned": list(res.get("ids") or [])})
+            ids = res.get("ids")
+            out.searches.append({"query": search_text(args), "args": dict(args), "count": search_hits(res),
+                                 "returned": [str(i) for i in ids] if isinstance(ids, list) else []})
         elif c.get("tool") == "inspect":
             ep = str(args.get("episode") or "")
             row = by_id.get(ep)
+            seen = [f.get("step") for f in res.get("found") or [] if isinstance(f, dict)]
+            seen = [v for v in seen if isinstance(v, int) and not isinstance(v, bool)]
             out.inspections.append({
                 "episode": ep, "frames": args.get("frames"), "counted": ep in looked,
                 "x": row.x if row else None, "y": row.y if row else None,
-                "last_step": row.last_step if row else None,
+                "life": row.life if row else None, "last_step": row.last_step if row else None,
+                "step": args.get("step") if isinstance(args.get("step"), int) else (min(seen) if seen else None),
                 "found": [f"{f.get('name')} ({f.get('x')}, {f.get('y')}) @ {f.get('step')}"
                           for f in res.get("found") or [] if isinstance(f, dict)]})
     for g in paper_measures.retargets(t):
@@ -157,89 +164,81 @@ def steps_per_turn(run: Run, window: int = 25) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def seed_bands(series: Sequence[tuple[str, int, pd.DataFrame]], column: str, points: int = 200,
-               hold: bool = False) -> pd.DataFrame:
-    """Per method, the mean and the min-max band over seeds of a series on a common step grid.
-
-    ``series`` items are ``(method, seed, frame with step and column)``. Each seed is
-    interpolated (or, with ``hold``, carried forward as a step function) over its own step
-    range only (with ``hold``, a finished run keeps its last value). Columns: ``method, step, mean, lo, hi, seeds``."""
-    usable = [(m, s, d.dropna(subset=[column])) for m, s, d in series if len(d)]
-    usable = [(m, s, d) for m, s, d in usable if len(d)]
-    if not usable:
-        return pd.DataFrame(columns=["method", "step", "mean", "lo", "hi", "seeds"])
-    top = max(int(d["step"].max()) for _, _, d in usable)
-    low = min(int(d["step"].min()) for _, _, d in usable)
-    grid = np.unique(np.linspace(low, top, max(2, points)).round().astype(int))
-    out = []
-    for method in sorted({m for m, _, _ in usable}, key=_method_key):
-        stack = []
-        for _, _, d in (u for u in usable if u[0] == method):
-            d = d.sort_values("step")
-            xs, ys = d["step"].to_numpy(float), d[column].to_numpy(float)
-            if hold:
-                idx = np.searchsorted(xs, grid, side="right") - 1
-                vals = ys[np.clip(idx, 0, None)].astype(float)
-            else:
-                vals = np.interp(grid, xs, ys)
-            vals[(grid < xs.min()) | ((grid > xs.max()) & (not hold))] = np.nan
-            stack.append(vals)
-        arr = np.vstack(stack)
-        seen = (~np.isnan(arr)).sum(axis=0)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean, lo, hi = np.nanmean(arr, axis=0), np.nanmin(arr, axis=0), np.nanmax(arr, axis=0)
-        out.append(pd.DataFrame({"method": method, "step": grid, "mean": mean, "lo": lo, "hi": hi, "seeds": seen}))
-    return pd.concat(out, ignore_index=True)
-
-
-def exceed_intervals(bands: pd.DataFrame, method: str = "mfm",
-                     others: Sequence[str] = ("pro-long", "vista")) -> list[tuple[int, int]]:
-    """Step intervals where ``method``'s mean exceeds every one of ``others`` (all present)."""
-    have = set(bands["method"]) if len(bands) else set()
-    if method not in have or not all(o in have for o in others):
-        return []
-    wide = bands.pivot_table(index="step", columns="method", values="mean")
-    above = wide[method].notna()
-    for o in others:
-        above &= wide[method] > wide[o]
-    steps = wide.index.to_numpy()
-    out, start = [], None
-    for i, flag in enumerate(above.to_numpy()):
-        if flag and start is None:
-            start = steps[i]
-        if not flag and start is not None:
-            out.append((int(start), int(steps[i - 1])))
-            start = None
-    if start is not None:
-        out.append((int(start), int(steps[-1])))
-    return out
-
-
 def memory_paths(run: Run) -> list[str]:
     """Every ``mine/`` path the run ever wrote, sorted."""
     return sorted({w.path for w in run.records("memory_writes.jsonl")})
 
 
 def memory_steps(run: Run, path: str) -> list[int]:
-    """The env steps at which ``path`` was written."""
-    return sorted({w.step for w in run.records("memory_writes.jsonl") if w.path == path})
+    """The env steps from which the versions of ``path`` hold (the as-of rule,
+    :func:`loaders.provenance.holds_from`), sorted and distinct."""
+    return sorted({w.step for w in provenance.held_writes(run) if w.path == path})
 
 
-def memory_diff(run: Run, path: str, a: int, b: int) -> str:
-    """A unified diff of ``path`` between its versions as of steps ``a`` and ``b``."""
-    old = run.memory_file(path, a) or ""
-    new = run.memory_file(path, b) or ""
+def memory_versions(run: Run, path: str) -> pd.DataFrame:
+    """Every version of ``path``, one per write: ``version`` (from 1), ``seq``, ``step`` (from
+    which it holds), ``written_step`` (the step stamped on the write), ``turn``, ``op``,
+    ``author``, ``reason``, ``sources``."""
+    cols = ["version", "seq", "step", "written_step", "turn", "op", "author", "reason", "sources"]
+    raw = {w.seq: w.step for w in run.records("memory_writes.jsonl")}
+    rows = [(0, w.seq, w.step, raw.get(w.seq, w.step), w.turn, w.op, w.author, w.reason, ", ".join(w.sources))
+            for w in provenance.held_writes(run) if w.path == path]
+    df = pd.DataFrame(rows, columns=cols)
+    df["version"] = range(1, len(df) + 1)
+    df["turn"] = df["turn"].astype("Int64")
+    return df
+
+
+def memory_text(run: Run, path: str, step: int | None) -> str | None:
+    """``path`` as it stood at env step ``step`` (None: its last version) under the as-of rule
+    (:func:`loaders.provenance.holds_from`); None before its first write or after a delete."""
+    return provenance.file_as_of(run, path, step)
+
+
+def memory_unknown(run: Run, path: str) -> tuple[int, int] | None:
+    """``(first, known)`` when ``path`` existed from step ``first`` but its content is unknown
+    until step ``known`` (a foreign run whose history of it cannot be replayed, e.g. an MFM
+    export marking it not replayable); None when every version is known. In that span
+    :func:`memory_text` returns None: the page must say *unknown*, not *not written*."""
+    span = getattr(run.source, "unknown", {}).get(path)
+    return None if span is None else (int(span[0]), int(span[1]))
+
+
+def memory_version_at(run: Run, path: str, step: int) -> int:
+    """How many writes of ``path`` hold at ``step`` (0: none yet): the version shown then."""
+    return sum(w.step <= step for w in provenance.held_writes(run) if w.path == path)
+
+
+def previous_version_step(run: Run, path: str, step: int) -> int:
+    """A step at which ``path`` stood at the version before the one current at ``step``:
+    one step before the current version began to hold (before the first version: one step
+    before the file's first write, where it does not exist yet)."""
+    held = [w.step for w in provenance.held_writes(run) if w.path == path]
+    current = [s for s in held if s <= step]
+    return (current[-1] if current else (held[0] if held else step)) - 1
+
+
+def memory_diff(run: Run, path: str, a: int | None = None, b: int | None = None) -> str:
+    """A unified diff of ``path`` between its versions as of steps ``a`` and ``b`` (the as-of
+    rule). ``b`` None: its last version; ``a`` None: the version before ``b``'s
+    (:func:`previous_version_step`), so by default the diff shows what the last write changed."""
+    if b is None:
+        b = max(memory_steps(run, path), default=0)
+    if a is None:
+        a = previous_version_step(run, path, b)
+    old = memory_text(run, path, a) or ""
+    new = memory_text(run, path, b) or ""
     return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                         fromfile=f"{path} @ step {a}", tofile=f"{path} @ step {b}"))
 
 
 def memory_provenance(run: Run, path: str, as_of_step: int | None) -> pd.DataFrame:
-    """Each line of ``path`` as of a step with the write that set it, whether and when a later
-    write removed it, and whether a later write contradicted it (see
+    """Each line of ``path`` as of a step (the as-of rule) with the write that set it, whether
+    and when a later write removed it, and whether a later write contradicted it (see
     :func:`loaders.provenance.contradictions`): ``line, text, step, turn, author, reason,
-    sources, removed_at, contradicted_at, contradiction, now, contradicted_by, contradicting_sources``."""
-    lines = run.memory_blame(path, as_of_step)
+    sources, removed_at, contradicted_at, contradiction, now, contradicted_by, contradicting_sources``
+    (``step``: the step from which the write holds)."""
+    lines = provenance.blame_as_of(run, path, as_of_step)
     removed = provenance.removal_steps(run, path, as_of_step, lines)
     rows = [{"line": i + 1, "text": b.text.rstrip("\n"), "step": b.write.step, "turn": b.write.turn,
              "author": b.write.author, "reason": b.write.reason, "sources": ", ".join(b.write.sources),
@@ -265,10 +264,9 @@ def measures(runs: Sequence[tuple[str, Run]]) -> list[paper_measures.RunMeasures
 
 
 def milestone_summary(ms: Sequence[paper_measures.RunMeasures]) -> pd.DataFrame:
-    """The milestones table (mean ± std over seeds) in printable form."""
-    t = paper_measures.milestone_table(ms)
+    """The milestones table (mean ± std over seeds; a single run labelled so), as the paper's
+    Table 2 prints it (:func:`loaders.paper_tables.milestones`), its first columns."""
+    t = paper_tables.milestones(ms)
     if not len(t):
         return pd.DataFrame(columns=["method", "seeds", "milestones", "per seed"])
-    return pd.DataFrame({"method": t["method"], "seeds": t["seeds"],
-                         "milestones": [f"{m:.1f} ± {s:.1f} / {o}" for m, s, o in zip(t["mean"], t["std"], t["of"])],
-                         "per seed": [", ".join(f"s{k}: {v}" for k, v in d.items()) for d in t["per_seed"]]})
+    return t.rename(columns={"milestones (mean ± std)": "milestones"})[["method", "seeds", "milestones", "per seed"]]

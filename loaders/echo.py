@@ -10,7 +10,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from loaders import analysis_pages as ap
+from loaders import chart_data
 from mfm.echo.csd import AXES, CSD
 from mfm.echo.library import CSD_FILE, CSDLibrary
 from mfm.echo.measure import LearnerRun, read_run
@@ -30,12 +30,13 @@ def read_csds(run_dir: Path) -> tuple[dict[str, CSD], list[Problem]]:
     return lib.latest, problems
 
 
-def unlock_bands(runs: Iterable[LearnerRun]) -> pd.DataFrame:
-    """Per configuration: mean and min-max band over seeds of distinct achievements unlocked
-    after each Echo episode (column ``step`` holds the Echo episode, 1-based)."""
+def unlock_bands(runs: Iterable[LearnerRun]) -> chart_data.SeedBands:
+    """Per configuration: distinct achievements unlocked after each Echo episode, the mean over
+    seeds and its 95% interval (column ``step`` holds the Echo episode, 1-based)."""
     series = [(r.config, r.seed, pd.DataFrame({"step": range(1, len(r.curve()) + 1), "unlocked": r.curve()}))
               for r in runs]
-    return ap.seed_bands(series, "unlocked", points=200, hold=True)
+    return chart_data.SeedBands(chart_data.seed_bands(series, "unlocked", points=200, hold=True),
+                                "achievements unlocked", x_title="Echo episode")
 
 
 def learner_runs(paths: Iterable[Path]) -> tuple[list[LearnerRun], list[tuple[Path, Problem]]]:

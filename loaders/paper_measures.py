@@ -211,15 +211,25 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
 
 
+def _seed_key(r: RunMeasures) -> int | str:
+    """A run's key in per-seed columns: its seed, or its name when it records none."""
+    return r.seed if r.seed is not None else r.name
+
+
+def seed_label(key: int | str) -> str:
+    """A per-seed column key as shown: ``s3``, or ``NAME (no seed)`` for a run without one."""
+    return f"s{key}" if isinstance(key, int) else f"{key} (no seed)"
+
+
 def milestone_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
     """Milestones reached per method: mean, std, per-seed values, diamond steps."""
     rows = []
     for method, group in _by_method(ms):
         mean, std = mean_std([r.milestones for r in group])
         rows.append({"method": method, "seeds": len(group), "mean": mean, "std": std, "of": group[0].of,
-                     "per_seed": {r.seed: r.milestones for r in group},
-                     "diamond_step": {r.seed: r.diamond_step for r in group},
-                     "steps": {r.seed: r.steps for r in group}, "deaths": sum(r.deaths for r in group)})
+                     "per_seed": {_seed_key(r): r.milestones for r in group},
+                     "diamond_step": {_seed_key(r): r.diamond_step for r in group},
+                     "steps": {_seed_key(r): r.steps for r in group}, "deaths": sum(r.deaths for r in group)})
     return pd.DataFrame(rows)
 
 
@@ -278,4 +288,5 @@ def _by_method(ms: Sequence[RunMeasures]) -> list[tuple[str, list[RunMeasures]]]
     def key(name: str) -> tuple[int, str]:
         return (ORDER.index(name) if name in ORDER else len(ORDER), name)
 
-    return [(k, sorted(groups[k], key=lambda r: r.seed)) for k in sorted(groups, key=key)]
+    return [(k, sorted(groups[k], key=lambda r: (r.seed is None, r.seed or 0, r.name)))
+            for k in sorted(groups, key=key)]

@@ -24,11 +24,14 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
+import weakref
+from typing import Mapping, Sequence
+
 import numpy as np
 import pandas as pd
 
 from loaders.run import Run
-from mfm.memory.agent_memory import Blame, replay
+from mfm.memory.agent_memory import Blame, blame, rebuild, replay
 from mfm.memory.consolidation import FACT_LINE, GUIDE, PLAN_LINE, WORKING, parse_plan_targets
 from mfm.memory.procedures import PROC_DIR
 from mfm.schema import MemoryWrite
@@ -44,6 +47,65 @@ MAX_EDGES = 12_000
 """Edges drawn at most: three points each keeps a chart under ~50k points."""
 REACHED = 1
 """A plan target counts as reached when the agent stood within this many cells (Chebyshev)."""
+
+
+PLAN_REASON = "plan:"
+"""How a policy's plan update names its write to ``mine/working.md`` (``plan: GOAL``)."""
+
+
+def holds_from(writes: Sequence[MemoryWrite], turn_starts: Mapping[int, int]) -> dict[int, int]:
+    """The env step from which each write (by ``seq``) holds: the as-of rule of the readers.
+
+    A write holds from its own ``step``, except a plan update: a write to ``mine/working.md``
+    whose reason starts with ``plan:`` and whose turn is known. The policy logs it after the
+    turn's actions, stamped with the turn's last step, but it records the plan decided at the
+    turn's first step, which the agent follows from its first action on; it holds from that
+    first step (``turn_starts``: turn → first step). A file's version contains every earlier
+    write to it, so a write holds no later than any later write to the same file (the
+    smallest such step). With this rule, a file as of step ``s`` is the replay of its writes
+    holding from ``s`` or earlier, always a prefix of its log."""
+    own: dict[int, int] = {}
+    for w in writes:
+        start = w.step
+        first = turn_starts.get(w.turn) if w.turn is not None else None
+        if w.path == WORKING and w.reason.startswith(PLAN_REASON) and first is not None and first <= w.step:
+            start = first
+        own[w.seq] = start
+    out: dict[int, int] = {}
+    low: dict[str, int] = {}
+    for w in reversed(list(writes)):
+        low[w.path] = min(own[w.seq], low.get(w.path, own[w.seq]))
+        out[w.seq] = low[w.path]
+    return out
+
+
+_held: "weakref.WeakKeyDictionary[Run, tuple[tuple, list[MemoryWrite]]]" = weakref.WeakKeyDictionary()
+
+
+def held_writes(run: Run) -> list[MemoryWrite]:
+    """The run's memory writes in log order, each with ``step`` set to the step from which it
+    holds (:func:`holds_from`). Every as-of view of agent memory filters these."""
+    hit = _held.get(run)
+    if hit is not None and hit[0] == run.signature:
+        return hit[1]
+    writes = list(run.records("memory_writes.jsonl"))
+    starts = {t.turn: t.first_step for t in run.records("turns.jsonl")}
+    held = holds_from(writes, starts)
+    out = [w if held[w.seq] == w.step else replace(w, step=held[w.seq]) for w in writes]
+    _held[run] = (run.signature, out)
+    return out
+
+
+def file_as_of(run: Run, path: str, step: int | None) -> str | None:
+    """``path`` as it stood at env step ``step`` under the as-of rule (None: not written yet,
+    or deleted); ``step`` None: its last version."""
+    return rebuild(held_writes(run), path, step)
+
+
+def blame_as_of(run: Run, path: str, step: int | None) -> list[Blame]:
+    """Each line of ``path`` as of ``step`` (the as-of rule) with the write that set it; the
+    write's ``step`` is the step it holds from."""
+    return blame(held_writes(run), path, step)
 
 
 def kind_of(path: str) -> str:
@@ -430,14 +492,14 @@ def _reached(run: Run, x: int, y: int, lo: int, hi: int) -> bool:
 
 
 def removal_steps(run: Run, path: str, as_of_step: int | None, lines: list[Blame]) -> list[int | None]:
-    """For each line of ``path`` as of a step (``lines``, from :meth:`Run.memory_blame`), the
+    """For each line of ``path`` as of a step (``lines``, from :func:`blame_as_of`), the
     step of the first later write that removed or rewrote it (None: it is still there). One
     replay of the later writes, matching lines the way :func:`mfm.memory.agent_memory.blame` does."""
     removed: list[int | None] = [None] * len(lines)
     if as_of_step is None:
         return removed
     origin: list[int | None] = list(range(len(lines)))
-    for w, old, new, *_ in replay(run.records("memory_writes.jsonl")):
+    for w, old, new, *_ in replay(held_writes(run)):
         if w.path != path or w.step <= as_of_step:
             continue
         a, b = (old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True)
@@ -496,7 +558,7 @@ def _fact_contradictions(lines: list[str], later: list[tuple[MemoryWrite, str | 
 
 def contradictions(run: Run, path: str, as_of_step: int | None, blamed: list[Blame] | None = None
                    ) -> pd.DataFrame:
-    """For each line of ``path`` as of a step (the lines of :meth:`Run.memory_blame`), the first
+    """For each line of ``path`` as of a step (the lines of :func:`blame_as_of`), the first
     later write that contradicts it, beyond merely removing it:
 
     - a knowledge fact whose key later carries a different text (``revised``) or is retracted;
@@ -507,9 +569,9 @@ def contradictions(run: Run, path: str, as_of_step: int | None, blamed: list[Bla
     Columns: ``line, contradicted_at, contradiction, now, contradicted_by, contradicting_sources``.
     ``blamed``: the lines, if the caller has them already.
     """
-    blamed = run.memory_blame(path, as_of_step) if blamed is None else blamed
+    blamed = blame_as_of(run, path, as_of_step) if blamed is None else blamed
     lines = [b.text.rstrip("\n") for b in blamed]
-    later = [(w, new) for w, _, new, *_ in replay(run.records("memory_writes.jsonl"))
+    later = [(w, new) for w, _, new, *_ in replay(held_writes(run))
              if w.path == path and as_of_step is not None and w.step > as_of_step]
     found: list[tuple[MemoryWrite, str, str] | None] = [None] * len(lines)
     kind = kind_of(path)

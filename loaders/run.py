@@ -27,7 +27,6 @@ import pandas as pd
 from loaders.formats import detect, source_for
 from loaders.sources import DirSource, Source
 from loaders.usersql import duckdb_config
-from mfm.memory.agent_memory import blame, rebuild
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError
 from mfm.schema import MANIFEST, TABLES, IndexRow, LifeEvent, Problem, RunManifest, read_manifest, read_table
@@ -243,12 +242,18 @@ class Run:
         return self.source.episode_record(self._ref(ep_id))
 
     def memory_file(self, path: str, as_of_step: int | None = None) -> str | None:
-        """A ``mine/`` file as it stood at a step, rebuilt from the write history."""
-        return rebuild(self.records("memory_writes.jsonl"), path, as_of_step)
+        """A ``mine/`` file as it stood at a step, rebuilt from the write history under the
+        readers' as-of rule (``loaders.provenance.holds_from``, docs/run-format.md)."""
+        from loaders.provenance import file_as_of
+
+        return file_as_of(self, path, as_of_step)
 
     def memory_blame(self, path: str, as_of_step: int | None = None) -> list:
-        """Each line of a ``mine/`` file with the write (author, reason, sources) that set it."""
-        return blame(self.records("memory_writes.jsonl"), path, as_of_step)
+        """Each line of a ``mine/`` file as of a step with the write (author, reason, sources)
+        that set it, under the same rule."""
+        from loaders.provenance import blame_as_of
+
+        return blame_as_of(self, path, as_of_step)
 
     def summary(self) -> dict[str, Any]:
         """One row for the runs table. Cheap for a run not opened yet: the manifest, the lives
@@ -269,6 +274,17 @@ class Run:
             "episodes": _count_lines(self.path / "index.jsonl") if quick else len(self.records("index.jsonl")),
             "problems": None if quick else len(self.problems),
         }
+
+    def __repr__(self) -> str:
+        from loaders.display import run_text
+
+        return run_text(self)
+
+    def _repr_html_(self) -> str:
+        """Header and milestones, for Jupyter (:func:`loaders.display.run_html`)."""
+        from loaders.display import run_html
+
+        return run_html(self)
 
 
 def _count_lines(path: Path) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -38,6 +38,8 @@ whose top 9x7 tiles are the map."""
 
 
 EPISODE_IN_PATH = re.compile(r"ep_\d{6,}")
+MAX_QUERY = 200
+"""A search mark's query is cut to this many characters (a foreign run's command can be long)."""
 
 
 def _bins(lo: int, hi: int, n: int) -> np.ndarray:
@@ -127,6 +129,63 @@ def _first(d: dict, keys: Iterable[str]) -> Any:
     return None
 
 
+def _fmt_num(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def search_text(args: dict) -> str:
+    """A search call's query in words, from the arguments the agent logged: an index query
+    (``mfm.memory.index.IndexQuery`` predicates: ``text``, ``tags``, ``action_kind``, ``kind``,
+    ``outcome``, ``life``, ``steps``, ``near`` + ``radius``, ``as_of_step``, ``limit``), a
+    grep over the text log (``grep``, ``file``, ``since_step``), or a foreign run's command
+    (``script``/``query``/``q``). Empty only for a call with no arguments."""
+    parts: list[str] = []
+    if args.get("grep") is not None:
+        parts.append(f"grep /{args['grep']}/ in {args.get('file') or 'the log'}")
+        if args.get("since_step") is not None:
+            parts.append(f"since step {args['since_step']}")
+    for k in ("text", "query", "q", "script"):
+        if isinstance(args.get(k), str) and args[k]:
+            parts.append(f"'{args[k]}'")
+    if args.get("tags"):
+        tags = args["tags"] if isinstance(args["tags"], list) else [args["tags"]]
+        parts.append("tags " + ", ".join(map(str, tags)))
+    for k in ("action_kind", "kind", "outcome", "life"):
+        if args.get(k) is not None:
+            parts.append(f"{k.replace('_', ' ')} {args[k]}")
+    steps = args.get("steps")
+    if isinstance(steps, list) and len(steps) == 2:
+        parts.append(f"steps {_fmt_num(steps[0])}–{_fmt_num(steps[1])}")
+    near = args.get("near")
+    if isinstance(near, list) and len(near) >= 2:
+        r = args.get("radius")
+        parts.append(f"near ({', '.join(_fmt_num(v) for v in near)})" + (f" within {_fmt_num(r)}" if r is not None
+                                                                          else ""))
+    if args.get("as_of_step") is not None:
+        parts.append(f"as of step {args['as_of_step']}")
+    if args.get("limit") is not None:
+        parts.append(f"at most {args['limit']}")
+    known = {"grep", "file", "since_step", "text", "query", "q", "script", "tags", "action_kind", "kind", "outcome",
+             "life", "steps", "near", "radius", "as_of_step", "limit", "kinds"}
+    parts += [f"{k} {json.dumps(v, sort_keys=True)}" for k, v in sorted(args.items()) if k not in known]
+    return " · ".join(parts)
+
+
+def search_hits(result: dict) -> int | None:
+    """How many episodes a search returned: the length of its ``ids`` (what our agents log),
+    or of ``episodes``/``results``/``hits``; None when the record holds no such list."""
+    hits = _first(result, ("ids", "episodes", "results", "hits"))
+    return len(hits) if isinstance(hits, list) else None
+
+
+def search_label(text: str, hits: Any) -> str:
+    """A search mark's words: ``search QUERY → N results``."""
+    n = None if hits is None or pd.isna(hits) else int(hits)
+    found = "results not recorded" if n is None else f"{n} result{'' if n == 1 else 's'}"
+    text = text if len(text) <= MAX_QUERY else text[:MAX_QUERY - 1] + "…"
+    return f"search {text or '(no arguments)'} → {found}"
+
+
 def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")) -> pd.DataFrame:
     """Each call of the given tools made by a turn, one row per call.
 
@@ -137,7 +196,8 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
     frame's step when the call names one (``args.step``; else the first frame in which
     ``result.found`` saw something; or ``args.frame`` as an index into
     the episode's frames, resolved later by :func:`inspections`). For searches ``text`` is
-    the query and ``results`` the count.
+    the query in words (:func:`search_text`) and ``results`` the number of episodes it
+    returned (:func:`search_hits`; missing when the call record holds no result list).
     """
     cols = ["turn", "life", "step", "tool", "episode", "target_step", "frame_index", "text", "results",
             "args", "result"]
@@ -163,13 +223,11 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
             if tstep is None and seen:
                 tstep = min(seen)
             fidx = args.get("frame")
-            hits = _first(res, ("episodes", "results", "hits"))
-            text = _first(args, ("text", "query", "q"))
+            search = c["tool"] == "search"
             rows.append((int(turn), int(life), int(step), c["tool"], ep,
                          int(tstep) if isinstance(tstep, (int, float)) and not isinstance(tstep, bool) else None,
                          int(fidx) if isinstance(fidx, int) and not isinstance(fidx, bool) else None,
-                         str(text) if text is not None else "",
-                         len(hits) if isinstance(hits, list) else None,
+                         search_text(args) if search else "", search_hits(res) if search else None,
                          json.dumps(args, sort_keys=True), json.dumps(res, sort_keys=True)))
     df = pd.DataFrame(rows, columns=cols)
     for c in ("target_step", "frame_index", "results"):
@@ -180,24 +238,28 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
 def inspections(turns: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
     """Every frame inspection with what the agent saw then and what it retrieved.
 
-    Columns: ``turn, life, step, episode, target_step, label``. ``step`` is the step whose
-    frame the agent had when it looked; ``target_step`` the retrieved frame's step, or
-    missing when the inspection opened the episode's end observation.
+    Columns: ``turn, life, step, episode, target_step, target_life, label``. ``step`` is the
+    step whose frame the agent had when it looked (in the turn's ``life``); ``target_step``
+    the retrieved frame's step, or missing when the inspection opened the episode's end
+    observation; ``target_life`` the inspected episode's life (pass both to :func:`frame_at`:
+    at a death step the two lives differ).
     """
     calls = tool_calls(turns, ("inspect",))
     by_id = episodes.set_index("id") if len(episodes) else None
     rows = []
     for r in calls.itertuples(index=False):
         target = None if pd.isna(r.target_step) else int(r.target_step)
-        if target is None and r.frame_index is not None and not pd.isna(r.frame_index) and by_id is not None \
-                and r.episode in by_id.index:
+        known = by_id is not None and r.episode in by_id.index
+        if target is None and r.frame_index is not None and not pd.isna(r.frame_index) and known:
             target = int(by_id.loc[r.episode, "first_step"]) + 1 + int(r.frame_index)
         what = r.episode or "?"
         where = f"step {target}" if target is not None else "end observation"
-        rows.append((r.turn, r.life, r.step, r.episode, target,
+        life = by_id.loc[r.episode, "life"] if known and "life" in by_id.columns else None
+        rows.append((r.turn, r.life, r.step, r.episode, target, None if life is None or pd.isna(life) else int(life),
                      f"turn {r.turn} (step {r.step}, life {r.life}) inspected {what} · {where}"))
-    df = pd.DataFrame(rows, columns=["turn", "life", "step", "episode", "target_step", "label"])
+    df = pd.DataFrame(rows, columns=["turn", "life", "step", "episode", "target_step", "target_life", "label"])
     df["target_step"] = df["target_step"].astype("Int64")
+    df["target_life"] = df["target_life"].astype("Int64")
     return df
 
 
@@ -331,8 +393,8 @@ def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFr
     if len(calls):
         s = calls[calls["tool"] == "search"]
         parts.append(pd.DataFrame({"kind": "search", "step": s["step"], "life": s["life"],
-                                   "label": [f"search '{t}' → {n if not pd.isna(n) else '?'} results"
-                                             for t, n in zip(s["text"], s["results"])], "episode": None}))
+                                   "label": [search_label(t, n) for t, n in zip(s["text"], s["results"])],
+                                   "episode": None}))
         i = calls[calls["tool"] == "inspect"]
         parts.append(pd.DataFrame({"kind": "inspect", "step": i["step"], "life": i["life"],
                                    "label": "inspect " + i["episode"].fillna("?"), "episode": i["episode"]}))
@@ -489,8 +551,8 @@ def episodes_at_cell(run: Run, x: int, y: int, plane: str = "y") -> pd.DataFrame
     gr = run.grid()
     if len(gr):
         here = gr[(gr["x"] == x) & (gr[plane] == y)]
-        for kind, s in zip(here["kind"], here["step"]):
-            ref = run.index.episode_at(int(s)) or _episode_ending(run, int(s))
+        for kind, s, life in zip(here["kind"], here["step"], here["life"]):
+            ref = episode_holding(run, int(s), int(life)) or _episode_ending(run, int(s), int(life))
             if ref is not None:
                 how, first = hits.get(ref.id, ("", int(s)))
                 how = kind if not how else (how if kind in how else f"{how}, {kind}")
@@ -504,11 +566,121 @@ def episodes_at_cell(run: Run, x: int, y: int, plane: str = "y") -> pd.DataFrame
     return sub[cols]
 
 
-def _episode_ending(run: Run, step: int) -> IndexRow | None:
+def grid_at_cell(run: Run, x: int, y: int, plane: str = "y", life: int | None = None) -> pd.DataFrame:
+    """The grid records of cell (x, y) (for ``plane`` ``z``: every height of column (x, z)),
+    of one ``life`` or all: ``step, life, kind, item, damage, cause``."""
+    cols = ["step", "life", "kind", "item", "damage", "cause"]
+    g = run.grid()
+    if not len(g):
+        return pd.DataFrame(columns=cols)
+    g = g[(g["x"] == x) & (g[plane] == y) & ((g["life"] == life) if life is not None else True)]
+    return g[cols].reset_index(drop=True)
+
+
+def lives_of(run: Run) -> list[int]:
+    """Every life of a run that has an episode, a step or a grid record, sorted."""
+    return sorted({int(v) for df in (run.grid(), run.episodes(), run.steps()) if len(df) for v in df["life"].dropna()})
+
+
+def _episode_ending(run: Run, step: int, life: int | None = None) -> IndexRow | None:
+    """The last episode (of ``life``, if given) that ended at env step ``step``."""
+    hit = None
     for r in run.index.rows:
-        if r.last_step == step:
-            return r
-    return None
+        if r.last_step == step and (life is None or r.life == life):
+            hit = r
+    return hit
+
+
+def life_at(run: Run, step: int) -> int | None:
+    """The life that took env step ``step`` (whose frame and trace row it is): the trace row's
+    life, else the life of the episode holding the step, else of the newest respawn, episode
+    or grid record at or before it. At a death step this is the life that died; the next
+    life begins after it (a turn says which life it belongs to: pass that to the lookups)."""
+    st = run.steps()
+    if len(st):
+        hit = st.loc[st["step"] == step, "life"]
+        if len(hit):
+            return int(hit.iloc[0])
+    ref = run.index.episode_at(step)
+    if ref is not None:
+        return int(ref.life)
+    best: tuple[int, int] | None = None
+    for r in run.index.rows:
+        if r.last_step <= step and (best is None or (r.last_step, r.life) >= best):
+            best = (r.last_step, r.life)
+    for e in run.records("lives.jsonl"):
+        if e.event == "respawn" and e.step < step and (best is None or (e.step, e.life) >= best):
+            best = (e.step, e.life)
+    return None if best is None else best[1]
+
+
+def episode_holding(run: Run, step: int, life: int | None = None) -> IndexRow | None:
+    """The episode whose per-step frames hold env step ``step`` (``first_step < step <=
+    first_step + frames``), only if it belongs to ``life`` (None: the life that took the step)."""
+    ref = run.index.episode_at(step)
+    if ref is None or step > ref.first_step + ref.frames:
+        return None
+    return ref if life is None or ref.life == life else None
+
+
+def position_at(run: Run, step: int, life: int | None = None) -> tuple[float, float] | None:
+    """Where the agent of ``life`` stood after env step ``step`` (None: the life that took the
+    step, :func:`life_at`), in the map's plane ((x, z) for 3-D runs), or None if unknown.
+
+    The newest of: the life's trace row at or before the step (``steps.jsonl``), its respawn
+    at or before it (``lives.jsonl``: a life starts where it respawned, at the step the last
+    one died), the end position of its newest episode ended by then (``index.jsonl``). At a
+    step that is both a death and a respawn, life L's position is where it died, life L + 1's
+    where it respawned."""
+    life = life_at(run, step) if life is None else life
+    if life is None:
+        return None
+    best: tuple[int, int, tuple[float, float]] | None = None
+
+    def offer(at: int, rank: int, xy: tuple[float, float]) -> None:
+        nonlocal best
+        if best is None or (at, rank) > best[:2]:
+            best = (at, rank, xy)
+
+    three_d = run.is_3d
+    for r in run.index.rows:
+        if r.life == life and r.last_step <= step and r.x is not None:
+            second = r.z if three_d else r.y
+            if second is not None:
+                offer(r.last_step, 0, (float(r.x), float(second)))
+    for e in run.records("lives.jsonl"):
+        if e.event == "respawn" and e.life == life and e.step <= step and e.x is not None and e.y is not None:
+            offer(e.step, 1, (float(e.x), float(e.y)))
+    st = run.steps()
+    if len(st):
+        mine = st[(st["life"] == life) & (st["step"] <= step) & st["x"].notna() & st["y"].notna()]
+        if len(mine):
+            row = mine.iloc[int(mine["step"].to_numpy().argmax())]
+            offer(int(row["step"]), 2, (float(row["x"]), float(row["y"])))
+    return None if best is None else best[2]
+
+
+def frame_at(run: Run, step: int, life: int | None = None) -> np.ndarray:
+    """The frame the agent of ``life`` had after env step ``step`` (None: the life that took the
+    step, :func:`life_at`): the step's per-step frame if that life took it, else the end
+    observation of an episode of that life ending at the step (a life's initial state).
+
+    A life that began at a step another life died at has no frame there (its first frame is
+    the next step's): FrameError says so rather than showing the other life's frame. Raises
+    FrameError (missing/unreadable) or UnsafePath."""
+    life = life_at(run, step) if life is None else life
+    ref = episode_holding(run, step, life)
+    if ref is not None:
+        return run.frame(step)
+    end = _episode_ending(run, step, life)
+    if end is not None and (end.image or ends_in_strip(end)):
+        return run.observation(end.id)
+    other = episode_holding(run, step)
+    if other is not None and life is not None and other.life != life:
+        later = [r.first_step + 1 for r in run.index.rows if r.life == life and r.frames and r.first_step >= step]
+        raise FrameError(f"{run.name}: no stored frame of life {life} at step {step} (that step's frame is life "
+                         f"{other.life}'s)" + (f"; life {life}'s next frame is step {min(later)}" if later else ""))
+    raise FrameError(f"{run.name}: no stored frame for step {step}" + (f" in life {life}" if life is not None else ""))
 
 
 def frames_at_cell(steps: pd.DataFrame, x: int, y: int) -> pd.DataFrame:
@@ -533,12 +705,11 @@ def visits_per_cell(runs: list[Run]) -> pd.DataFrame:
                                        lives=("life", "nunique")).reset_index()
 
 
-def frame_for(run: Run, step: int | None = None, episode: str | None = None) -> np.ndarray:
-    """A frame of the run: the frame of env ``step``, or the end observation of ``episode``.
-
-    A step with no per-step frame (step 0, the initial state) falls back to the observation
-    of the episode that ended at it. Raises FrameError (missing/unreadable) or UnsafePath.
-    """
+def frame_for(run: Run, step: int | None = None, episode: str | None = None, life: int | None = None
+              ) -> np.ndarray:
+    """A frame of the run: the frame of env ``step`` as life ``life`` saw it (:func:`frame_at`;
+    None: the life that took the step), or the end observation of ``episode``.
+    Raises FrameError (missing/unreadable) or UnsafePath."""
     if episode is not None:
         ref = run.episode(episode)
         if ref is None:
@@ -546,13 +717,7 @@ def frame_for(run: Run, step: int | None = None, episode: str | None = None) -> 
         return run.observation(episode)
     if step is None:
         raise FrameError("name a step or an episode")
-    ref = run.index.episode_at(step)
-    if ref is not None:
-        return run.frame(step)
-    end = _episode_ending(run, step)
-    if end is not None and (end.image or ends_in_strip(end)):
-        return run.observation(end.id)
-    raise FrameError(f"{run.name}: no stored frame for step {step}")
+    return frame_at(run, step, life)
 
 
 def frame_strip(run: Run, episode: str, max_frames: int = 32) -> list[tuple[int, np.ndarray]]:
@@ -575,6 +740,9 @@ class EpisodeDetail:
     action: dict | None
     outcome: dict | None
     steps: pd.DataFrame
+    extra: dict = field(default_factory=dict)
+    """Index fields of a foreign run that our format does not name (an MFM export's
+    ``inventory_delta``, ``_frame``…), as the run recorded them."""
 
 
 def episode_detail(run: Run, episode: str) -> EpisodeDetail:
@@ -585,15 +753,27 @@ def episode_detail(run: Run, episode: str) -> EpisodeDetail:
     rec = run.episode_record(episode)
     st = run.steps()
     rows = st[st["episode"] == episode] if len(st) else st
-    return EpisodeDetail(ref, rec.state, rec.action, rec.outcome, rows.reset_index(drop=True))
+    return EpisodeDetail(ref, rec.state, rec.action, rec.outcome, rows.reset_index(drop=True),
+                         episode_extra(run, episode))
 
 
-def step_row(run: Run, step: int) -> dict | None:
-    """The step trace row of one env step as a dict, or None."""
+def episode_extra(run: Run, episode: str) -> dict:
+    """The index fields of ``episode`` our format does not name, kept from a foreign run (the
+    episodes table's ``extra`` column, JSON text); empty for our runs."""
+    ep = run.episodes()
+    if "extra" not in ep.columns or not len(ep):
+        return {}
+    hit = ep.loc[ep["id"] == episode, "extra"]
+    text = hit.iloc[0] if len(hit) else None
+    return json.loads(text) if isinstance(text, str) else {}
+
+
+def step_row(run: Run, step: int, life: int | None = None) -> dict | None:
+    """The step trace row of one env step (of ``life``, if given) as a dict, or None."""
     st = run.steps()
     if not len(st):
         return None
-    hit = st[st["step"] == step]
+    hit = st[(st["step"] == step) & ((st["life"] == life) if life is not None else True)]
     return None if not len(hit) else hit.iloc[0].to_dict()
 
 

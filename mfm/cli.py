@@ -13,11 +13,14 @@ import sys
 from importlib.util import find_spec
 from pathlib import Path
 
-from mfm.agent.config import ABLATIONS, METHODS, POLICIES
+from mfm.agent.config import ABLATIONS, METHODS, PERCEPTIONS, POLICIES
 
 EXTRAS = {"read": ("pandas", "duckdb", "pyarrow"),
           "dashboard": ("pandas", "duckdb", "pyarrow", "streamlit", "plotly", "altair", "vl_convert"),
-          "llm": ("openai",)}
+          "llm": ("openai",),
+          "ray": ("ray",),
+          "notebook": ("pandas", "duckdb", "pyarrow", "streamlit", "plotly", "altair", "vl_convert", "jupyterlab",
+                       "ipykernel", "anywidget", "ipywidgets", "nbclient", "nbformat", "nbconvert")}
 """The modules (import names) each extra of pyproject.toml installs, with those of the extras it includes."""
 
 
@@ -117,7 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("--model needs --policy llm")
         config = RunConfig(task=args.task, method=args.method, seed=args.seed, steps=args.steps,
                            out=Path(args.out or "runs/run"), ablations=tuple(args.ablation or ()),
-                           fixed_clock=args.fixed_clock, consolidate_every=args.consolidate_every, llm=llm)
+                           fixed_clock=args.fixed_clock, consolidate_every=args.consolidate_every, llm=llm,
+                           perception=args.perception)
     except ValueError as e:
         print(f"mfm run: {e}", file=sys.stderr)
         return 2
@@ -168,7 +172,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     methods = _csv(args.methods)
     ablations = list(ABLATIONS) if args.ablations.strip() == "all" else _csv(args.ablations)
     bad = [m for m in methods if m not in METHODS] + [a for a in ablations if a not in ABLATIONS]
-    if bad or args.jobs < 1:
+    if bad or (args.jobs is not None and args.jobs < 1):
         print(f"mfm sweep: unknown method/ablation {', '.join(bad)}" if bad else "mfm sweep: --jobs must be >= 1",
               file=sys.stderr)
         return 2
@@ -177,9 +181,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"mfm sweep: seeds must be integers: {args.seeds}", file=sys.stderr)
         return 2
+    if args.backend == "ray" and missing_extra("sweep", "ray"):
+        return 2
+    if args.address and args.backend != "ray":
+        print("mfm sweep: --address needs --backend ray", file=sys.stderr)
+        return 2
     jobs = plan(args.task, methods, seeds, Path(args.out), args.steps, ablations=ablations,
                 fixed_clock=args.fixed_clock)
-    final = run_sweep(jobs, parallel=args.jobs, retry=args.retry, timeout=args.timeout)
+    if args.backend == "ray":
+        from mfm.sweep_ray import RayBackend
+
+        ray = RayBackend(args.address, num_cpus=args.jobs)
+        try:
+            final = run_sweep(jobs, parallel=args.jobs or ray.cpus, retry=args.retry, timeout=args.timeout,
+                              backend=ray)
+        finally:
+            ray.close()
+    else:
+        final = run_sweep(jobs, parallel=args.jobs or 2, retry=args.retry, timeout=args.timeout)
     for name, status in final.items():
         print(f"{name}: {status}")
     return 1 if any(v.startswith("crashed") for v in final.values()) else 0
@@ -197,17 +216,22 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    """Write the standard paper figures (SVG, PDF, PNG and a JSON manifest each)."""
+    """Write the standard paper figures per task (SVG, PDF, PNG, their data as CSV and a JSON
+    manifest each) and the paper's tables (LaTeX and CSV)."""
     if missing_extra("figures", "dashboard"):
         return 2
     from dashboard.figures import write_figures
 
+    notes: list[str] = []
     try:
-        written = write_figures(args.paths, args.out, args.window)
+        written = write_figures(args.paths, args.out, args.window, width=args.width, html_page=args.html,
+                                command=" ".join(["mfm", *sys.argv[1:]]), notes=notes)
     except ValueError as e:
         print(f"mfm figures: {e}", file=sys.stderr)
         return 2
     print("\n".join(map(str, written)))
+    for note in notes:
+        print(f"mfm figures: {note}", file=sys.stderr)
     return 0
 
 
@@ -273,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("paths", nargs="+", help="run directories or roots holding runs")
     fg.add_argument("--out", required=True, help="folder for the SVG/PDF/PNG files and their manifests")
     fg.add_argument("--window", type=int, default=25, help="rolling window (turns) for steps per turn")
+    fg.add_argument("--width", choices=("single", "double"), default=None,
+                    help="every figure one column (3.3 in) or full width (7 in); default: each figure's own")
+    fg.add_argument("--html", action="store_true", help="also write index.html showing every figure and table")
     fg.set_defaults(func=cmd_figures)
 
     d = sub.add_parser("dashboard", help="start the dashboard")
@@ -301,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-failures", type=int, default=5, help="model failures in a row that stop the run")
     r.add_argument("--timeout", type=float, default=60.0, help="seconds per model request")
     r.add_argument("--no-images", action="store_true", help="do not send inspected frames as images")
+    r.add_argument("--perception", default="map", choices=PERCEPTIONS,
+                   help="where the live 9x7 view and daylight come from: the world map (default) or the "
+                        "rendered frame, decoded (recorded in run.json as config.perception)")
     r.set_defaults(func=cmd_run, command_argv=None)
 
     w = sub.add_parser("sweep", help="run methods x seeds (and mfm ablations) in parallel processes")
@@ -309,13 +339,18 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--ablations", default="", help="comma-separated mfm ablations, each its own run per seed "
                                                    "('all' for every one)")
     w.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    w.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    w.add_argument("--jobs", type=int, default=None, help="runs at a time (default: 2; with --backend ray, "
+                                                          "the cluster's CPUs)")
     w.add_argument("--steps", type=int, default=None, help="env step budget (default: the task's)")
     w.add_argument("--out", required=True, help="folder of the runs (one sub-folder per run)")
     w.add_argument("--no-fixed-clock", dest="fixed_clock", action="store_false",
                    help="wall-clock timestamps instead of the deterministic clock")
     w.add_argument("--retry", action="store_true", help="set unfinished runs aside (OUT/.failed/) and run them again")
     w.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds (recorded as crashed)")
+    w.add_argument("--backend", default="local", choices=("local", "ray"),
+                   help="where the runs' processes run: here, or as Ray tasks (ray extra; docs/scale.md)")
+    w.add_argument("--address", default=None, help="with --backend ray: the cluster to join ('auto': the one "
+                                                   "started here by `ray start`); default: a local one for this sweep")
     w.set_defaults(func=cmd_sweep)
 
     t = sub.add_parser("results", help="print the comparison tables of the runs under a folder")

@@ -449,7 +449,7 @@ class RunManifest(Record):
     env: Str
     task: Str
     method: Str
-    seed: Int
+    seed: OptInt
     step_budget: Int
     milestone_order: Strs
     status: Str

@@ -6,6 +6,11 @@ Each run is its own ``mfm run`` process writing ``OUT/<task>_<method>[-<ablation
 that crashes (non-zero exit, killed, or over its time limit) is marked crashed in its
 manifest and the others go on. A folder left by an unfinished run is skipped, or with
 ``retry`` moved to ``OUT/.failed/`` and run again.
+
+Where a job's process runs is the backend's business (:class:`Backend`): a child of this
+process (:class:`LocalProcess`, the default) or a Ray task on a cluster
+(:class:`mfm.sweep_ray.RayBackend`, which runs the same command line as a child of the
+worker). The rule above lives in :func:`run_sweep` alone, for every backend.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, Protocol, TextIO
 
 from mfm.memory.appendlog import now_iso, write_atomic
 from mfm.schema import read_manifest
@@ -39,6 +44,11 @@ class Job:
     @property
     def name(self) -> str:
         return self.out.name
+
+    @property
+    def log(self) -> Path:
+        """Where the run's output goes: ``OUT/<name>.log``, beside its folder."""
+        return self.out.parent / f"{self.name}.log"
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "mfm.cli", "run", "--task", self.task, "--method", self.method,
@@ -94,19 +104,63 @@ def _set_aside(job: Job) -> Path:
         k += 1
     dest = base / f"{job.name}.{k}"
     shutil.move(str(job.out), str(dest))
-    log = job.out.parent / f"{job.name}.log"
-    if log.exists():
-        shutil.move(str(log), str(dest) + ".log")
+    if job.log.exists():
+        shutil.move(str(job.log), str(dest) + ".log")
     return dest
 
 
+class Launch(Protocol):
+    """A job's ``mfm run`` process, wherever a backend started it."""
+
+    started: bool
+    """Whether the process is under way (a queued Ray task is not yet): its time limit counts from then."""
+
+    def poll(self) -> tuple[int, str] | None:
+        """None while it runs; then (exit code, why it ended, for a crashed run's manifest)."""
+
+    def kill(self) -> int:
+        """End it now and wait for it; its exit code."""
+
+    def close(self) -> None:
+        """Release what the driver holds for it (its log file)."""
+
+
+Backend = Callable[[Job], Launch]
+"""Starts a job's ``mfm run`` process somewhere (its run folder's parent exists)."""
+
+
+class LocalProcess:
+    """The default backend: the job's ``mfm run`` as a child process of this one."""
+
+    started = True
+
+    def __init__(self, job: Job) -> None:
+        self.log = open(job.log, "w", encoding="utf-8")
+        self.log.write("$ " + shlex.join(job.command()) + "\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(job.command(), stdout=self.log, stderr=subprocess.STDOUT)
+
+    def poll(self) -> tuple[int, str] | None:
+        code = self.proc.poll()
+        return None if code is None else (code, f"process exited with code {code}")
+
+    def kill(self) -> int:
+        self.proc.kill()
+        return self.proc.wait()
+
+    def close(self) -> None:
+        self.log.close()
+
+
 def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, poll: float = 1.0,
-              retry: bool = False, timeout: float | None = None) -> dict[str, str]:
-    """Run the jobs, ``parallel`` at a time. Returns each job's final status.
+              retry: bool = False, timeout: float | None = None, backend: Backend = LocalProcess) -> dict[str, str]:
+    """Run the jobs, ``parallel`` at a time, each started by ``backend``. Returns each job's
+    final status.
 
     Finished runs are skipped. A folder left by an unfinished run is skipped, or with
-    ``retry`` set aside and run again. A job running longer than ``timeout`` seconds is
-    killed and recorded as crashed."""
+    ``retry`` set aside and run again. A job running longer than ``timeout`` seconds (from
+    when its process is under way) is killed and recorded as crashed, as is one whose
+    process ends with a non-zero code or whose backend lost it."""
     todo = []
     final: dict[str, str] = {}
     for j in jobs:
@@ -121,7 +175,7 @@ def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, p
                 final[j.name] = f"skipped ({st}: folder not empty; --retry to run it again)"
         else:
             todo.append(j)
-    running: dict[str, tuple[Job, subprocess.Popen, TextIO]] = {}
+    running: dict[str, tuple[Job, Launch]] = {}
     started: dict[str, float] = {}
     t0 = last_print = time.monotonic()
     tty = stream.isatty()
@@ -129,24 +183,25 @@ def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, p
         while todo and len(running) < parallel:
             j = todo.pop(0)
             j.out.parent.mkdir(parents=True, exist_ok=True)
-            log = open(j.out.parent / f"{j.name}.log", "w", encoding="utf-8")
-            log.write("$ " + shlex.join(j.command()) + "\n")
-            log.flush()
-            running[j.name] = (j, subprocess.Popen(j.command(), stdout=log, stderr=subprocess.STDOUT), log)
-            started[j.name] = time.monotonic()
+            running[j.name] = (j, backend(j))
+            if running[j.name][1].started:
+                started[j.name] = time.monotonic()
         time.sleep(poll)
         changed = False
-        for name, (j, proc, log) in list(running.items()):
-            code = proc.poll()
-            over = timeout is not None and time.monotonic() - started[name] > timeout
-            if code is None and over:
-                proc.kill()
-                code = proc.wait()
-            elif code is None:
+        for name, (j, launch) in list(running.items()):
+            end = launch.poll()
+            if end is None and name not in started and launch.started:
+                started[name] = time.monotonic()
+            over = (end is None and timeout is not None and name in started
+                    and time.monotonic() - started[name] > timeout)
+            if over:
+                code, why = launch.kill(), f"killed after {timeout:g} s"
+            elif end is None:
                 continue
+            else:
+                code, why = end
             changed = True
-            log.close()
-            why = f"killed after {timeout:g} s" if over else f"process exited with code {code}"
+            launch.close()
             if code != 0:
                 mark_crashed(j, why)
             final[name] = state(j)[0] if code == 0 else f"crashed ({why}; see {j.name}.log)"
@@ -154,7 +209,7 @@ def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, p
         if not tty and not changed and time.monotonic() - last_print < 30:
             continue
         last_print = time.monotonic()
-        parts = [f"{j.name}: {s[1]} steps, {s[2]} ms" for j, _, _ in running.values() for s in [state(j)]]
+        parts = [f"{j.name}: {s[1]} steps, {s[2]} ms" for j, _ in running.values() for s in [state(j)]]
         line = f"[{time.monotonic() - t0:6.0f}s] done {len(final)}/{len(jobs)}  " + "  |  ".join(parts)
         stream.write(("\r" + line[:200].ljust(200)) if tty else line + "\n")
         stream.flush()

@@ -7,13 +7,14 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, safe_text, ui
+from dashboard import charts, figures, safe_text, ui
 from loaders import echo
+from loaders.chart_data import SeedBands
 from loaders.run import Run
 
 
 @ui.cached
-def _learners(pool: list[tuple[str, Run]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _learners(pool: list[tuple[str, Run]]) -> tuple[SeedBands, pd.DataFrame]:
     """Unlock bands of the learner runs, and the damaged lines of their echo.jsonl."""
     runs, problems = echo.learner_runs(r.path for _, r in pool)
     return echo.unlock_bands(runs), pd.DataFrame(
@@ -47,12 +48,10 @@ if not pool:
 
 bands, problems = _learners(pool)
 st.subheader("Unlock curve per configuration")
-st.caption("Distinct achievements unlocked after each Echo episode: the line is the mean over seeds, the band "
-           "spans the seeds.")
-if len(bands):
-    fig = charts.band_figure(bands, "achievements unlocked")
-    fig.update_xaxes(title_text="Echo episode")
-    st.plotly_chart(fig, width="stretch", key="echo_curve")
+st.caption("Distinct achievements unlocked after each Echo episode, per configuration.")
+if len(bands.bands):
+    st.plotly_chart(charts.band_figure(bands, x_title=bands.x_title), width="stretch", key="echo_curve")
+    ui.figure_downloads(lambda: figures.echo_figure(pool, series=bands), "echo_unlock", "double")
 else:
     st.info("No Echo episode recorded yet (echo.jsonl is empty).")
 if len(problems):
@@ -106,4 +105,4 @@ if c.episodes:
     for i, ep in enumerate(c.episodes[-8:]):
         link_cols[i % len(link_cols)].page_link(ui.pages()["timeline"], label=f"{ui.md(ep)} in Timeline",
                                                 icon=":material/view_timeline:",
-                                                query_params=ui.link_params(run=key, episode=ep))
+                                                query_params=ui.link_params(run=key, ep=ep))

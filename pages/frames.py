@@ -9,13 +9,14 @@ import streamlit as st
 from PIL import Image
 
 from dashboard import charts, ui
-from dashboard.core import MAX_FRAMES, FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_int, \
-    resolve_run_key, split_list
-from loaders import run_pages
+from dashboard.core import MAX_FRAMES, FrameRef, format_frame_refs, format_region, parse_cell, parse_frame_refs, \
+    parse_region, resolve_run_key
+from loaders import frame_compare, run_pages
+from loaders.turns import frame_position
 from mfm.boundary import UnsafePath
-from mfm.memory.retrieval import FrameError, compare, crop, difference, enlarge
+from mfm.memory.retrieval import FrameError, compare, crop, enlarge
 
-runs, focus = ui.sidebar(("frames", "tiles", "diff", "region", "cell"))
+runs, focus = ui.sidebar(("frames", "tiles", "diff", "region", "cell", "thr", "align"))
 key, run = ui.need_run(focus)
 root = ui.root()
 st.title("Frames")
@@ -160,22 +161,11 @@ opt[0].toggle("Tile grid", **ui.bound("w_tiles", "tiles", False, _flag, lambda _
               help=f"Crafter tiles are {t} px here (width // 9); the yellow line closes the 9x7 map.")
 opt[1].toggle("Pixel diff", **ui.bound("w_diff", "diff", False, _flag, lambda _: "1"),
               help="Second row: pixels differing from the first frame in magenta.")
-reg = [parse_int(v) for v in split_list(ui.qp("region"))]
-reg = reg if len(reg) == 4 and None not in reg else [0, 0, 9, 9]
-ui.init_widget("w_cols", (max(0, min(reg[0], 8)), max(1, min(reg[2], 9))))
-ui.init_widget("w_rows", (max(0, min(reg[1], 8)), max(1, min(reg[3], 9))))
-
-
-def _on_region() -> None:
-    c0, c1_ = st.session_state["w_cols"]
-    r0, r1 = st.session_state["w_rows"]
-    full = (c0, r0, c1_, r1) == (0, 0, 9, 9)
-    ui.set_qp(region=None if full else f"{c0},{r0},{c1_},{r1}")
-
-
-opt[2].slider("Region: tile columns", 0, 9, key="w_cols", on_change=_on_region,
+cols_w, rows_w = ui.bound_group(("w_cols", "w_rows"), "region", ((0, 9), (0, 9)), parse_region,
+                                format_region)
+opt[2].slider("Region: tile columns", 0, 9, **cols_w,
               help="Zoom every panel to these tiles (the panels stay in sync; drag to zoom further).")
-opt[3].slider("Region: tile rows", 0, 9, key="w_rows", on_change=_on_region)
+opt[3].slider("Region: tile rows", 0, 9, **rows_w)
 c0, c1_ = st.session_state["w_cols"]
 r0, r1 = st.session_state["w_rows"]
 if c1_ <= c0:
@@ -186,13 +176,43 @@ region = (c0 * t, r0 * t, c1_ * t, r1 * t)
 full = (c0, r0, c1_, r1) == (0, 0, 9, 9)
 
 diffs = None
+diff_notes: list[tuple[str, np.ndarray]] = []
 if st.session_state["w_diff"] and len(frames) > 1:
+    d1, d2, _ = st.columns([2, 2, 4])
+    d1.number_input("Ignore changes up to (levels)", 0, 255, **ui.bound(
+        "w_thr", "thr", frame_compare.DEFAULT_THRESHOLD, lambda v: max(0, min(255, int(v)))),
+        help=f"A pixel counts as changed when a channel moves by more than this many levels (0–255). The default "
+             f"{frame_compare.DEFAULT_THRESHOLD} hides Crafter's light night noise.")
+    d2.toggle("World-aligned", **ui.bound("w_align", "align", False, _flag, lambda _: "1"),
+              help="Shift each frame by the player's move since frame 1 (positions from steps.jsonl, life-aware) so "
+                   "that the same world cells overlap: the diff shows a mined block or a placed table, not the "
+                   "camera move. Dark: cells outside frame 1's view.")
+    thr, align = int(st.session_state["w_thr"]), bool(st.session_state["w_align"])
+
+    def _pos(ref: FrameRef) -> tuple[int, int] | None:
+        try:
+            got = frame_position(_run_of(ref), ref.step, ref.episode)
+        except UnsafePath:
+            return None
+        return (int(got[0][0]), int(got[0][1])) if got else None
+
+    p0 = _pos(loaded[0][0]) if align else None
     diffs = []
-    for f, tt in zip(frames[1:], titles[1:]):
-        if f.shape == frames[0].shape:
-            diffs.append((difference(frames[0], f), f"{run_pages.difference_count(frames[0], f)} px differ from frame 1"))
-        else:
+    for ref, f, _ in loaded[1:]:
+        if f.shape != frames[0].shape:
             diffs.append((np.zeros_like(f), "size differs from frame 1"))
+            continue
+        pb = _pos(ref) if align else None
+        if align and (p0 is None or pb is None):
+            st.warning(f"No recorded position for {ui.md(ref, 80)}: compared without alignment.")
+        fd = frame_compare.diff(frames[0], f, thr, positions=(p0, pb) if p0 and pb else None)
+        note = (f"{fd.pixels} px changed by more than {thr} levels ({fd.pixels_any} differ at all) · "
+                f"{fd.map_tiles} map tiles, {fd.inventory_tiles} inventory tiles")
+        if fd.aligned:
+            note += f" · world-aligned, shifted {fd.shift[0]:+d}, {fd.shift[1]:+d} tiles"
+        diffs.append((fd.image(), f"{fd.pixels} px > {thr} levels · {fd.map_tiles} + {fd.inventory_tiles} tiles"
+                                  + (" · aligned" if fd.aligned else "")))
+        diff_notes.append((f"{ref.label} vs frame 1: {note}", fd.image()))
 fig = charts.frames_figure(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
                            region=None if full else region)
 st.plotly_chart(fig, width="stretch", key="frames_chart",
@@ -200,6 +220,11 @@ st.plotly_chart(fig, width="stretch", key="frames_chart",
                         "toImageButtonOptions": {"format": "png", "scale": 4}})
 st.caption("Zoom or pan any panel and the others follow; double-click to reset. Pixels are drawn as blocks "
            "(nearest neighbour), never smoothed. Hover shows the pixel position and colour.")
+for note, img in diff_notes:
+    st.markdown(f"**Difference** · {ui.md(note)}")
+    big = enlarge(np.concatenate([frames[0], np.full((frames[0].shape[0], 2, 3), 255, np.uint8), img], axis=1), 4)
+    st.image(big, width=big.shape[1], caption="frame 1 | the frame as compared, changes in magenta (×4, nearest "
+                                              "neighbour)", output_format="PNG")
 
 st.subheader("Magnified region")
 crops = [crop(f, region) for f in frames]
@@ -211,7 +236,7 @@ factor = st.select_slider("Magnification", options=fits, value=default, key=f"w_
 mag = enlarge(joined, factor)
 st.image(mag, width=mag.shape[1], caption=f"tiles {c0}–{c1_ - 1} × {r0}–{r1 - 1} "
          f"(pixels {region[0]}–{region[2] - 1} × "
-         f"{region[1]}–{region[3] - 1}), ×{factor} nearest neighbour, left to right as above")
+         f"{region[1]}–{region[3] - 1}), ×{factor} nearest neighbour, left to right as above", output_format="PNG")
 buf = io.BytesIO()
 Image.fromarray(mag).save(buf, format="PNG")
 st.download_button("Download PNG", buf.getvalue(), file_name="frames.png", mime="image/png")
@@ -229,4 +254,4 @@ if len(frames) >= 2:
         w = run_pages.wipe(crop(frames[ia], region), crop(frames[ib], region), pos / 100)
         big = enlarge(w, max(1, min(factor * len(frames), 1100 // w.shape[1])))
         st.image(big, width=big.shape[1],
-                 caption=f"A = {ui.md(plain[ia])} | B = {ui.md(plain[ib])}; yellow line at {pos}%")
+                 caption=f"A = {ui.md(plain[ia])} | B = {ui.md(plain[ib])}; yellow line at {pos}%", output_format="PNG")

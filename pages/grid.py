@@ -7,7 +7,7 @@ import streamlit as st
 from dashboard import charts, figures, ui
 from dashboard.core import clamp_range, format_range, parse_cell, split_list
 from dashboard.theme import CELL_KIND_COLORS
-from loaders import run_pages
+from loaders import chart_data, run_pages
 from mfm.schema import GRID_KINDS
 
 _, focus = ui.sidebar(("cell", "range", "kinds", "life"))
@@ -18,32 +18,21 @@ st.caption(f"{ui.md_code(key)} · the cells the agent interacted with (append-on
 ui.follow_live([(key, run)])
 ui.show_problems(key, run)
 
-plane = "z" if run.is_3d else "y"
-grid_rows = run.grid()
-eps = run.episodes()
-steps = run.steps()
-if plane == "z":
-    heights = sorted(set(grid_rows["y"].dropna().astype(int))) if len(grid_rows) else [0]
-    lo_h, hi_h = heights[0], heights[-1]
-    band = st.slider("Height y (blocks)", lo_h, max(hi_h, lo_h + 1), (lo_h, max(hi_h, lo_h + 1)),
+band = None
+if run.is_3d:
+    heights = chart_data.heights(run)
+    lo_h, hi_h = heights[0], max(heights[-1], heights[0] + 1)
+    band = st.slider("Height y (blocks)", lo_h, hi_h, (lo_h, hi_h),
                      help="This run is 3-D: the map shows the horizontal plane (x, z); keep cells and episodes "
                           "whose height y lies in this band.")
-    grid_rows = run_pages.height_band(grid_rows, band).assign(y=lambda d: d["z"]) if len(grid_rows) else grid_rows
-    eps = run_pages.height_band(eps, band).assign(y=lambda d: d["z"]) if len(eps) else eps
-    steps = steps.iloc[0:0]
 first, last = run_pages.step_bounds(run)
 range_widget = ui.bound("w_grid_range", "range", (first, last), lambda v: clamp_range(v, first, last),
                         format_range, sync=True)
-all_lives = sorted({int(v) for df in (grid_rows, eps, steps) if len(df) for v in df["life"].dropna()})
+all_lives = ui.cached(run_pages.lives_of)(run)
 c1, c2, c4, c3 = st.columns([3, 3, 1.4, 1.6])
 c4.selectbox("Life", all_lives, placeholder="all lives",
              **ui.bound("w_life", "life", None, lambda v: life if (life := int(v)) in all_lives else None),
              format_func=lambda v: f"life {v}", help="Show one life only (empty: all lives).")
-life = st.session_state["w_life"]
-if life is not None:
-    grid_rows = grid_rows[grid_rows["life"] == life] if len(grid_rows) else grid_rows
-    eps = eps[eps["life"] == life] if len(eps) else eps
-    steps = steps[steps["life"] == life] if len(steps) else steps
 if last > first:
     c1.slider("Step range", min_value=first, max_value=last, **range_widget)
 c2.multiselect("Cell kinds", list(GRID_KINDS), format_func=lambda k: f"{k}",
@@ -55,17 +44,9 @@ lo, hi = st.session_state["w_grid_range"] if last > first else (first, last)
 kinds = st.session_state["w_kinds"]
 
 cell = parse_cell(ui.qp("cell"))
-cells = run_pages.grid_cells(grid_rows, lo, hi, kinds)
-paths = run_pages.trajectories(steps, lo, hi) if show_paths else pd.DataFrame(columns=["life", "step", "x", "y"])
-pos = eps[(eps["last_step"] >= lo) & (eps["first_step"] <= hi) & eps["x"].notna() & eps["y"].notna()] \
-    if show_eps and len(eps) else pd.DataFrame(columns=["id", "x", "y", "life", "summary"])
-lv = run.lives()
-if life is not None and len(lv):
-    lv = lv[lv["life"] == life]
-deaths = lv[(lv["event"] == "death") & (lv["step"] >= lo) & (lv["step"] <= hi) & lv["x"].notna()] \
-    if len(lv) and plane == "y" else pd.DataFrame(columns=["x", "y", "step", "cause"])
-extent = run_pages.grid_extent(grid_rows, steps, eps)
-fig = charts.grid_figure(cells, paths, pos, deaths, extent, cell, plane)
+view = ui.cached(chart_data.grid)(run, lo, hi, tuple(kinds), life=st.session_state["w_life"], height=band,
+                                  paths=show_paths, positions=show_eps)
+fig = charts.grid_figure(view, cell)
 
 
 def _on_pick() -> None:
@@ -76,39 +57,37 @@ def _on_pick() -> None:
         px, py = p.get("x"), p.get("y")
         if isinstance(px, (int, float)) and isinstance(py, (int, float)):
             ui.set_qp(cell=f"{int(round(px))},{int(round(py))}")
-            st.session_state.pop("w_gx", None)
-            st.session_state.pop("w_gy", None)
             break
 
 
 st.plotly_chart(fig, width="stretch", key="grid_chart", on_select=_on_pick, selection_mode="points")
-ui.figure_downloads(lambda: figures.grid_figure(key, run, lo=lo, hi=hi, kinds=kinds),
+ui.figure_downloads(lambda: figures.grid_figure(key, run, view=view),
                     f"spatial_grid_{figures.file_stem(key)}", "single")
-counts = cells["kind"].value_counts() if len(cells) else pd.Series(dtype=int)
+counts = view.cells["kind"].value_counts() if len(view.cells) else pd.Series(dtype=int)
 st.caption(" · ".join(f"{k}: {int(counts.get(k, 0))} cells" for k in GRID_KINDS) +
-           f" · {len(paths)} path points drawn (of {len(steps)} steps) · click a marker to pick its cell")
+           f" · {len(view.paths)} path points drawn (of {len(run.steps())} steps) · click a marker to pick its cell")
 
 st.subheader("Cell")
-st.session_state["w_gx"] = cell[0] if cell else (int(pos["x"].iloc[-1]) if len(pos) else 32)
-st.session_state["w_gy"] = cell[1] if cell else (int(pos["y"].iloc[-1]) if len(pos) else 32)
+pos = view.positions
+gx, gy = ui.bound_group(("w_gx", "w_gy"), "cell", None, parse_cell, lambda c: f"{c[0]},{c[1]}", sync=True,
+                        initial=(int(pos["x"].iloc[-1]), int(pos["y"].iloc[-1])) if len(pos) else (32, 32))
 a, b = st.columns(2)
-a.number_input("x", step=1, key="w_gx", on_change=lambda: ui.set_qp(cell=f"{st.session_state['w_gx']},"
-                                                                         f"{st.session_state['w_gy']}"))
-b.number_input(plane, step=1, key="w_gy", on_change=lambda: ui.set_qp(cell=f"{st.session_state['w_gx']},"
-                                                                         f"{st.session_state['w_gy']}"))
+a.number_input("x", step=1, **gx)
+b.number_input(view.plane, step=1, **gy)
 if cell is None:
     st.info("Pick a cell: click a marker on the map or type x and y.")
     st.stop()
 
 x, y = cell
-rows = grid_rows
-rows = rows[(rows["x"] == x) & (rows["y"] == y)] if len(rows) else rows
-here = run_pages.episodes_at_cell(run, x, y, plane)
-frames_here = run_pages.frames_at_cell(steps, x, y)
+rows = run_pages.grid_at_cell(run, x, y, view.plane, view.life)
+here = run_pages.episodes_at_cell(run, x, y, view.plane)
+steps = run.steps() if view.plane == "y" else run.steps().iloc[0:0]
+frames_here = run_pages.frames_at_cell(steps[steps["life"] == view.life] if view.life is not None and len(steps)
+                                       else steps, x, y)
 st.markdown(f"**({x}, {y})**: {len(rows)} grid record(s), {len(here)} episode(s), {len(frames_here)} frame(s) "
             "taken standing here.")
 if len(rows):
-    st.dataframe(rows[["step", "life", "kind", "item", "damage", "cause"]], hide_index=True, width="stretch",
+    st.dataframe(rows, hide_index=True, width="stretch",
                  column_config={"kind": st.column_config.TextColumn("kind", help=", ".join(
                      f"{k}: {c}" for k, c in CELL_KIND_COLORS.items()))})
 if len(here):
@@ -121,7 +100,7 @@ if len(here):
     l1, l2, l3 = st.columns(3)
     l1.page_link(pg["timeline"], label=f"Open {ui.md(pick)} in Timeline", icon=":material/view_timeline:",
                  query_params=ui.link_params(ep=pick, step=s))
-    fr = f"{key}:{s}" if run.index.episode_at(s) is not None else f"{key}:{pick}"
+    fr = f"{key}:{s}" if run_pages.episode_holding(run, s, int(r["life"])) is not None else f"{key}:{pick}"
     l2.page_link(pg["frames"], label=f"Open its frame (step {s}) in Frames", icon=":material/compare:",
                  query_params=ui.link_params(frames=fr, cell=f"{x},{y}"))
     spread = frames_here.drop_duplicates("life").head(4)

@@ -32,29 +32,38 @@ want = ui.qp("file")
 if want and want not in paths:
     st.warning(f"File {ui.md(repr(want), 80)} from the URL was never written in {ui.md_code(key)}; "
                f"showing {ui.md_code(paths[0])}.")
-st.session_state["w_mem_file"] = want if want in paths else paths[0]
-st.selectbox("File", paths, key="w_mem_file", on_change=lambda: ui.set_qp(file=st.session_state["w_mem_file"],
-                                                                        asof=None, diff=None))
+st.selectbox("File", paths, **ui.bound("w_mem_file", "file", paths[0], lambda v: v if v in paths else None,
+                                       sync=True, keep=True, also=lambda _: {"asof": None, "diff": None}))
 path = st.session_state["w_mem_file"]
-if ui.qp("file") != path:
-    ui.set_qp(file=path)
 written = ap.memory_steps(run, path)
+unknown = ap.memory_unknown(run, path)
 _, last = run_pages.step_bounds(run)
-lo_s, hi_s = written[0], max(last, written[-1])
-asof_widget = ui.bound("w_mem_asof", "asof", hi_s, lambda v: max(lo_s, min(hi_s, int(v))), sync=True)
+lo_s, hi_s = min(written[0], unknown[0]) if unknown else written[0], max(last, written[-1])
+asof_widget = ui.bound("w_mem_asof", "asof", hi_s, lambda v: max(lo_s, min(hi_s, int(v))), sync=True,
+                       also=lambda _: {"diff": None})
 if hi_s > lo_s:
     st.slider("As of env step", lo_s, hi_s, **asof_widget,
-              help=f"{len(written)} write(s) to this file, at steps {', '.join(map(str, written[:12]))}"
-                   + (" …" if len(written) > 12 else ""))
+              help=f"{len(written)} step(s) at which a new version of this file begins to hold: "
+                   f"{', '.join(map(str, written[:12]))}" + (" …" if len(written) > 12 else "")
+                   + ". A plan update holds from the first step of the turn that decided it.")
 asof = int(st.session_state["w_mem_asof"])
-text = run.memory_file(path, asof)
-version = sum(s <= asof for s in written)
-st.caption(f"{ui.md_code(path)} as of step {asof}: version {version} of {len(written)}"
-           + ("" if text is not None else " — deleted or not yet written at this step"))
+text = ap.memory_text(run, path, asof)
+versions = ap.memory_versions(run, path)
+version = ap.memory_version_at(run, path, asof)
+unknown_now = unknown is not None and unknown[0] <= asof < unknown[1]
+if unknown_now:
+    st.caption(f"{ui.md_code(path)} as of step {asof}: **unknown**. The run's history of this file cannot be "
+               f"replayed (it records changes from step {unknown[0]} without their lines); only the version "
+               f"from step {unknown[1]} on is known.")
+else:
+    st.caption(f"{ui.md_code(path)} as of step {asof}: version {version} of {len(versions)}"
+               + ("" if text is not None else " — deleted or not yet written at this step"))
 
 tab_view, tab_prov, tab_diff = st.tabs(["Content", "Provenance", "Diff"])
 with tab_view:
-    if text is None:
+    if unknown_now:
+        st.info("Content unknown at this step (the history of this file is not replayable).")
+    elif text is None:
         st.info("No content at this step.")
     elif path.endswith(".md") and "/procedures/" not in path:
         raw = st.toggle("Show source", value=False, key="w_mem_raw")
@@ -74,13 +83,17 @@ with tab_prov:
                f"*removed at*), {contra} contradicted later: a fact whose key later says something else or is "
                "retracted, a procedure later disabled, a plan target dropped before it was reached (columns "
                "*contradicted at* … *by*). Each line is attributed to the write that last set it.")
+    for c in ("removed_at", "contradicted_at"):
+        prov[c] = [("" if pd.isna(v) else str(int(v))) for v in prov[c]]
+    for c in ("contradiction", "now", "contradicted_by", "contradicting_sources", "turn"):
+        prov[c] = prov[c].astype(object).where(prov[c].notna(), "")
     base = {"runs": ui.qp("runs") or key, "run": key}
     prov["episode"] = ["timeline?" + urlencode({**base, "ep": s.split(", ")[0]}) if s else None
                        for s in prov["sources"]]
     st.dataframe(prov, hide_index=True, width="stretch", key="mem_prov",
                  column_config={"text": st.column_config.TextColumn("line", width="large"),
-                                "removed_at": st.column_config.NumberColumn("removed at (step)"),
-                                "contradicted_at": st.column_config.NumberColumn("contradicted at (step)"),
+                                "removed_at": st.column_config.TextColumn("removed at (step)"),
+                                "contradicted_at": st.column_config.TextColumn("contradicted at (step)"),
                                 "now": st.column_config.TextColumn("now says"),
                                 "contradicted_by": st.column_config.TextColumn("contradicted by (write)"),
                                 "contradicting_sources": st.column_config.TextColumn("its episodes"),
@@ -90,22 +103,25 @@ with tab_prov:
         pick = st.selectbox("Source episode", srcs, key="w_mem_src")
         st.page_link(ui.pages()["timeline"], label=f"Open {ui.md(pick)} in Timeline", icon=":material/view_timeline:",
                      query_params=ui.link_params(ep=pick))
-    writes = run.memory_writes()
-    if len(writes):
-        mine = writes[(writes["path"] == path) & (writes["step"] <= asof)]
+    mine = versions[versions["step"] <= asof].astype({"turn": object})
+    mine["turn"] = ["" if pd.isna(t) else str(t) for t in mine["turn"]]
+    if len(mine):
         st.markdown("**Writes to this file up to this step**")
-        st.dataframe(pd.DataFrame({c: mine[c] for c in ("seq", "step", "turn", "op", "author", "reason")} |
-                                  {"sources": [", ".join(s) for s in mine["sources"]]}),
-                     hide_index=True, width="stretch", key="mem_writes")
+        st.dataframe(mine, hide_index=True, width="stretch", key="mem_writes",
+                     column_config={"step": st.column_config.NumberColumn("holds from step"),
+                                    "written_step": st.column_config.NumberColumn("stamped step"),
+                                    "reason": st.column_config.TextColumn("reason", width="large")})
 
 with tab_diff:
-    if len(written) < 2 and hi_s == lo_s:
+    if len(versions) < 2 and hi_s == lo_s:
         st.info("Only one version of this file.")
     else:
-        before = [s for s in written if s < asof]
-        st.slider("Compare steps", lo_s, max(hi_s, lo_s + 1),
-                  **ui.bound("w_mem_diff", "diff", (before[-1] if before else lo_s, asof),
-                             lambda v: clamp_range(v, lo_s, hi_s), format_range, sync=True))
+        lo_d = lo_s - 1
+        st.slider("Compare steps", lo_d, max(hi_s, lo_s),
+                  **ui.bound("w_mem_diff", "diff", (max(lo_d, ap.previous_version_step(run, path, asof)), asof),
+                             lambda v: clamp_range(v, lo_d, hi_s), format_range, sync=True),
+                  help="By default the version shown (as of the step above) against the one before it. At step "
+                       f"{lo_d} the file does not exist yet.")
         a, b = st.session_state["w_mem_diff"]
         diff = ap.memory_diff(run, path, int(a), int(b))
         if diff:

@@ -6,17 +6,16 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, figures, ui
-from loaders import paper_measures
+from loaders import chart_data, paper_measures
 from loaders import analysis_pages as ap
 from loaders import run_pages
 from loaders.run import Run
 
 
 @ui.cached
-def _progress(runs: list[tuple[str, Run]]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def _progress(runs: list[tuple[str, Run]]) -> tuple[chart_data.SeedBands, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Milestone bands, the per-method summary, the reach table and first-reached steps."""
-    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.milestone_curve(r)) for _, r in runs], "milestones",
-                          points=400, hold=True)
+    bands = chart_data.progress(runs)
     ms = ap.measures(runs)
     firsts = run_pages.milestone_steps([r for _, r in runs], ui.root())
     return bands, ap.milestone_summary(ms), paper_measures.reach_table(ms), firsts
@@ -26,24 +25,29 @@ runs, _ = ui.sidebar(())
 if not runs:
     ui.need_run(None)
 st.title("Progress")
-st.caption("Milestones reached against env step: one line per method (the mean over its seeds), the band spans "
-           "its seeds. A finished run keeps its final count.")
-bands, table, reach, firsts = _progress(runs)
-st.plotly_chart(charts.band_figure(bands, "milestones reached"), width="stretch", key="progress_chart")
-ui.figure_downloads(lambda: figures.progress_figure(runs), "progress", "double")
-st.subheader("Milestones per method (mean ± std over seeds)")
-st.dataframe(table, hide_index=True, width="stretch", key="progress_table")
-if len(firsts):
-    with st.expander("When each run first reached each milestone"):
-        wide = firsts.pivot_table(index="milestone", columns="run", values="step", aggfunc="min")
-        order = firsts.drop_duplicates("milestone").set_index("milestone")["order"].sort_values()
-        st.dataframe(wide.reindex(order.index), width="stretch", key="progress_firsts")
-st.subheader("Reach: age of retrieved episodes")
-st.caption("For every episode a search returned or an inspection opened: the turn's first step minus the "
-           "episode's last step, pooled over seeds. *over_1000*: the share older than 1,000 env steps.")
-if len(reach):
-    st.dataframe(reach, hide_index=True, width="stretch", key="progress_reach",
-                 column_config={"over_1000": st.column_config.NumberColumn("older than 1,000 steps",
-                                                                           format="percent")})
-else:
-    st.info("No open run retrieved an episode (no search or inspection calls).")
+st.caption("Milestones reached against env step: one line per method (the mean over its seeds, with the 95% "
+           "interval of that mean where it has several), one chart per task. A finished run keeps its final count.")
+groups = chart_data.tasks(runs)
+for i, (task, group) in enumerate(groups):
+    tag = "" if len(groups) == 1 else f"_{i}"
+    if len(groups) > 1:
+        st.subheader(f"Task: {ui.md(task)}")
+    bands, table, reach, firsts = _progress(group)
+    st.plotly_chart(charts.band_figure(bands), width="stretch", key=f"progress_chart{tag}")
+    ui.figure_downloads(lambda g=group, b=bands: figures.progress_figure(g, series=b), f"progress{tag}", "double")
+    st.markdown("**Milestones per method** (mean ± std over seeds)")
+    st.dataframe(table, hide_index=True, width="stretch", key=f"progress_table{tag}")
+    if len(firsts):
+        with st.expander("When each run first reached each milestone"):
+            wide = firsts.pivot_table(index="milestone", columns="run", values="step", aggfunc="min")
+            order = firsts.drop_duplicates("milestone").set_index("milestone")["order"].sort_values()
+            st.dataframe(wide.reindex(order.index), width="stretch", key=f"progress_firsts{tag}")
+    st.markdown("**Reach: age of retrieved episodes**")
+    st.caption("For every episode a search returned or an inspection opened: the turn's first step minus the "
+               "episode's last step, pooled over seeds. *over_1000*: the share older than 1,000 env steps.")
+    if len(reach):
+        st.dataframe(reach, hide_index=True, width="stretch", key=f"progress_reach{tag}",
+                     column_config={"over_1000": st.column_config.NumberColumn("older than 1,000 steps",
+                                                                               format="percent")})
+    else:
+        st.info("No open run of this task retrieved an episode (no search or inspection calls).")

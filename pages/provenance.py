@@ -112,8 +112,8 @@ if picked.aggregate:
     st.caption(f"{picked.count} node(s) merged, steps {picked.lo}–{picked.hi}. Open one of them:")
     members = [m for m in picked.members if full.node(m)][:2000]
     mlabels = {m: f"step {full.node(m).step} · {full.node(m).label[:100]}" for m in members}
-    st.selectbox("Merged node", members, index=None, key="w_prov_member", format_func=lambda m: mlabels.get(m, m),
-                 on_change=lambda: ui.set_qp(node=st.session_state["w_prov_member"]))
+    st.selectbox("Merged node", members, index=None, format_func=lambda m: mlabels.get(m, m),
+                 **ui.goes_to("w_prov_member", "node"))
     st.stop()
 
 d = _detail(run, node_id)
@@ -132,7 +132,7 @@ def _frames(eps: pd.DataFrame) -> None:
             try:
                 strip = run_pages.frame_strip(run, r.id, max_frames=8)
                 thumbs = [run_pages.upscale(f, 96) for _, f in strip]
-                st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip])
+                st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip], output_format="PNG")
             except (FrameError, UnsafePath) as e:
                 st.error(f"Frames of {ui.md(r.id)} cannot be shown: {ui.md(e)}")
         elif r.image:
@@ -146,12 +146,17 @@ def _frames(eps: pd.DataFrame) -> None:
         st.caption(f"Frame strips of the first {STRIPS} of {len(eps)} linked episodes; the table lists all.")
 
 
+ep_ref = run.episode(n.id) if n.kind == "episode" else None
+turn_of = ep_ref.turn if ep_ref is not None else (d.write.turn if d.write is not None else None)
+if turn_of is not None:
+    st.page_link(ui.pages()["turns"], label=f"Open turn {turn_of} in Turns", icon=":material/psychology:",
+                 query_params=ui.link_params(turn=turn_of))
 if n.kind == "episode":
     st.markdown(f"Linked from {len(d.cited_by)} memory version(s) (cited, used in, or disabled because of it).")
     if d.cited_by:
-        st.selectbox("Open a version linked to it", d.cited_by, index=None, key="w_prov_citer",
+        st.selectbox("Open a version linked to it", d.cited_by, index=None,
                      format_func=lambda i: labels.get(i) or (full.node(i).label[:100] if full.node(i) else i),
-                     on_change=lambda: ui.set_qp(node=st.session_state["w_prov_citer"]))
+                     **ui.goes_to("w_prov_citer", "node"))
     _frames(d.episodes)
     st.stop()
 
@@ -159,10 +164,10 @@ w = d.write
 st.markdown(f"Revision {n.version} of {len(d.revisions)} · step {n.step} · write {n.seq} · {ui.md_code(n.path)} · "
             f"{ui.md(w.op if w else '?')} by **{ui.md(n.author)}** — {ui.md(n.reason)}{flag}{ended}")
 if len(d.revisions) > 1:
-    st.selectbox("Other versions", d.revisions, index=d.revisions.index(n.id), key="w_prov_rev",
+    st.selectbox("Other versions", d.revisions, index=d.revisions.index(n.id),
                  format_func=lambda i: f"v{full.node(i).version} · step {full.node(i).step} · "
                                        f"{full.node(i).label[:90]}",
-                 on_change=lambda: ui.set_qp(node=st.session_state["w_prov_rev"]))
+                 **ui.goes_to("w_prov_rev", "node"))
 tab_file, tab_diff, tab_eps = st.tabs(["File as it stood", "Diff to previous version", f"Episodes ({len(d.episodes)})"])
 with tab_file:
     if d.text is None:

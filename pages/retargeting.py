@@ -7,7 +7,9 @@ import streamlit as st
 from dashboard import charts, figures, ui
 from dashboard.core import parse_int
 from loaders import analysis_pages as ap
+from loaders import chart_data
 from loaders import run_pages
+from loaders import turns as tv
 from loaders.paper_measures import RADIUS
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
@@ -16,8 +18,14 @@ RATES = {"inspect_rate": "retarget rate, inspecting turns", "other_rate": "retar
          "near_rate": "share of new targets near", "null_rate": "null rate (random earlier episodes)"}
 
 
+def _rates_text(df: pd.DataFrame) -> pd.DataFrame:
+    """The rate columns as text: a percentage, or "n/a" where the rate is undefined (no turns)."""
+    return df.assign(**{c: ["n/a" if v is None or pd.isna(v) else f"{v:.1%}" for v in df[c]]
+                        for c in RATES if c in df})
+
+
 def _config() -> dict:
-    pct = {c: st.column_config.NumberColumn(label, format="percent") for c, label in RATES.items()}
+    pct = {c: st.column_config.TextColumn(label) for c, label in RATES.items()}
     return {**pct, "inspect_turns": st.column_config.NumberColumn("inspecting turns"),
             "inspect_retargets": st.column_config.NumberColumn("of which retarget"),
             "other_turns": st.column_config.NumberColumn("other turns"),
@@ -33,13 +41,21 @@ st.caption(f"Paper §A.4 over the open runs. A turn *retargets* when it names a 
            f"its running plan; a new target of an inspecting turn is *near* when it lies within {RADIUS:g} cells of "
            "the recorded position of an episode whose frames the turn inspected. The *null rate* is the chance of "
            "that with the inspected episodes replaced by as many random earlier episodes (exact).")
-per_run, per_method = ui.cached(ap.retarget_tables)(runs)
-st.subheader("Per method, pooled over seeds")
-st.dataframe(per_method, hide_index=True, width="stretch", column_config=_config(), key="rt_methods")
-with st.expander(f"Per run ({len(per_run)})", expanded=len(per_run) <= 4):
-    st.dataframe(per_run, hide_index=True, width="stretch", column_config=_config(), key="rt_runs")
-
-ui.figure_downloads(lambda: figures.retargeting_figure(runs), "retargeting", "single")
+groups = chart_data.tasks(runs)
+for i, (task, group) in enumerate(groups):
+    tag = "" if len(groups) == 1 else f"_{i}"
+    per_run, per_method = ui.cached(ap.retarget_tables)(group)
+    st.subheader("Per method, pooled over seeds" + ("" if len(groups) == 1 else f" · task {ui.md(task)}"))
+    st.dataframe(_rates_text(per_method), hide_index=True, width="stretch", column_config=_config(),
+                 key=f"rt_methods{tag}")
+    with st.expander(f"Per run ({len(per_run)})", expanded=len(per_run) <= 4):
+        st.dataframe(_rates_text(per_run), hide_index=True, width="stretch", column_config=_config(),
+                     key=f"rt_runs{tag}")
+    rates = ui.cached(chart_data.retarget_rates)(group)
+    if len(rates):
+        st.plotly_chart(charts.retarget_rates_figure(rates), width="stretch", key=f"rt_rates{tag}")
+    ui.figure_downloads(lambda g=group, r=rates: figures.retargeting_figure(g, rates=r), f"retargeting{tag}",
+                        "single")
 st.subheader(f"Retarget audit · {ui.md_code(key)}")
 ui.show_problems(key, run)
 table = ui.cached(ap.retarget_turns)(run)
@@ -49,9 +65,12 @@ if not len(table):
 only_insp = st.toggle("Only turns that inspected a frame", value=bool((table["inspected"] != "").any()),
                       key="w_rt_only")
 shown = table[table["inspected"] != ""] if only_insp else table
-st.dataframe(shown, hide_index=True, width="stretch", height=min(360, 40 + 35 * len(shown)), key="rt_table",
-             column_config={"near": st.column_config.TextColumn("near / new", help=f"≤ {RADIUS:g} cells"),
-                            "nearest": st.column_config.NumberColumn("nearest (cells)")})
+st.dataframe(shown.assign(nearest=["n/a" if v is None or pd.isna(v) else f"{v:g}" for v in shown["nearest"]],
+                          near=[v or "n/a" for v in shown["near"]]),
+             hide_index=True, width="stretch", height=min(360, 40 + 35 * len(shown)), key="rt_table",
+             column_config={"near": st.column_config.TextColumn("near / new", help=f"≤ {RADIUS:g} cells; n/a: "
+                                                                "the turn inspected no episode"),
+                            "nearest": st.column_config.TextColumn("nearest (cells)")})
 choices = [int(t) for t in shown["turn"]]
 if not choices:
     st.info("No retarget turn matches; switch the filter off.")
@@ -63,15 +82,13 @@ if want is not None and want not in choices:
     else:
         st.warning(f"Turn {want} from the URL is not a retarget turn of {ui.md_code(key)}; showing turn {choices[0]}.")
         want = None
-st.session_state["w_rt_turn"] = want if want is not None else choices[0]
 labels = {int(r.turn): f"turn {r.turn} · step {r.step} · {r.targets}" + (f" · inspected {r.inspected}"
                                                                            if r.inspected else "")
           for r in table.itertuples()}
-st.selectbox("Retarget turn", choices, key="w_rt_turn", format_func=lambda t: labels.get(t, str(t)),
-             on_change=lambda: ui.set_qp(turn=st.session_state["w_rt_turn"]))
+st.selectbox("Retarget turn", choices, format_func=lambda t: labels.get(t, str(t)),
+             **ui.bound("w_rt_turn", "turn", choices[0], lambda v: t if (t := int(v)) in choices else None,
+                        sync=True, keep=True))
 turn = int(st.session_state["w_rt_turn"])
-if ui.qp("turn") != str(turn):
-    ui.set_qp(turn=turn)
 audit = ap.retarget_audit(run, turn)
 if audit is None:
     st.error(f"Turn {turn} is not in {ui.md_code(key)}.")
@@ -79,6 +96,8 @@ if audit is None:
 t = audit.turn
 st.markdown(f"**Turn {t.turn}** · life {t.life} · steps {t.first_step}–{t.last_step} · "
             f"policy {ui.md_code(t.policy)}")
+st.page_link(ui.pages()["turns"], label=f"Open turn {t.turn} in Turns (everything about it on one page)",
+             icon=":material/psychology:", query_params=ui.link_params(turn=t.turn))
 
 left, right = st.columns([1, 1])
 with left:
@@ -96,7 +115,9 @@ with left:
     else:
         st.caption("No frame inspected in this turn.")
     st.markdown("**New targets**")
-    st.dataframe(pd.DataFrame(audit.targets), hide_index=True, width="stretch", key="rt_targets")
+    st.dataframe(pd.DataFrame(audit.targets).assign(nearest=lambda d: [
+        "n/a" if v is None or pd.isna(v) else f"{v:g}" for v in d["nearest"]]) if audit.targets else pd.DataFrame(),
+        hide_index=True, width="stretch", key="rt_targets")
     p1, p2 = st.columns(2)
     p1.markdown("**Plan before**")
     p1.dataframe(pd.DataFrame(list(t.plan_before), columns=["label", "x", "y"]), hide_index=True,
@@ -105,24 +126,33 @@ with left:
     p2.dataframe(pd.DataFrame(list(t.plan_after), columns=["label", "x", "y"]), hide_index=True,
                  width="stretch", key="rt_plan_after")
 with right:
-    st.plotly_chart(charts.retarget_map(audit.position, audit.inspections, audit.targets, audit.radius),
+    st.plotly_chart(charts.retarget_map(tv.position(run, t.first_step, t.life), audit.inspections, audit.targets,
+                                        audit.radius),
                     width="stretch", key="rt_map")
-    st.caption(f"Agent (black) when the turn began; inspected episodes' recorded positions (diamonds) with the "
-               f"{RADIUS:g}-cell circle; new targets (×, red when near).")
+    st.caption(f"Agent (black) when the turn began; inspected episodes' recorded positions (numbered diamonds; "
+               f"episodes within {charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle; new targets "
+               "(×, red when near).")
+    groups = charts.label_groups([(float(i["x"]), float(i["y"]), str(i["episode"])) for i in audit.inspections
+                                  if i.get("x") is not None])
+    if groups:
+        st.dataframe(pd.DataFrame({"#": range(1, len(groups) + 1), "episodes": [", ".join(g[2]) for g in groups],
+                                   "x": [g[0] for g in groups], "y": [g[1] for g in groups]}),
+                     hide_index=True, width="stretch", key="rt_map_labels")
 
 st.markdown("**Frames: what the agent had, beside what it inspected**")
 insp = ui.inspections(run)
 insp = insp[insp["turn"] == turn] if len(insp) else insp
-refs: list[tuple[str, int | None, str | None]] = [(f"had · step {t.first_step}", t.first_step, None)]
+refs: list[tuple[str, int | None, str | None]] = [(f"had · {sf.label}", sf.step, sf.episode)
+                                                  for sf in tv.start_frames(run, t.first_step, t.life)]
 for r in insp.head(3).itertuples():
     target = None if pd.isna(r.target_step) else int(r.target_step)
     refs.append((f"inspected {r.episode}" + (f" · step {target}" if target is not None else " · end"),
                  target, None if target is not None else r.episode))
-cols = st.columns(len(refs))
+cols = st.columns(max(1, len(refs)))
 for col, (caption, step, ep) in zip(cols, refs):
     try:
         img = ui.frame(run, step=step, episode=ep)
-        col.image(run_pages.upscale(img), caption=ui.md(caption))
+        col.image(run_pages.upscale(img), caption=ui.md(caption), output_format="PNG")
     except (FrameError, UnsafePath, KeyError) as e:
         col.warning(f"{ui.md(caption)}: {ui.md(e)}")
 frames_q = ",".join(f"{key}:{ep if ep else step}" for _, step, ep in refs)

@@ -36,6 +36,18 @@ follow = live and st.toggle("Follow running runs (refresh every 10 s)", value=Tr
                             help="A run being written is re-read whenever its files change.")
 
 
+def _blank(v: object, missing: str) -> str:
+    """A table cell's text: ``missing`` for an unknown value, never "None"."""
+    return missing if v is None or (isinstance(v, float) and v != v) else f"{int(v)}"
+
+
+def _steps(steps: object, budget: object) -> str:
+    """``steps / budget`` with thousands separators (``?`` for an unknown count)."""
+    def fmt(v: object) -> str:
+        return "?" if v is None or (isinstance(v, float) and v != v) else f"{int(v):,}"
+    return f"{fmt(steps)} / {fmt(budget)}"
+
+
 @st.fragment(run_every=10 if follow else None)
 def _table() -> None:
     """The runs table; refreshed on a timer while a run is being written."""
@@ -43,24 +55,32 @@ def _table() -> None:
     ov = run_pages.runs_overview(fresh, root, check=check)
     table = ov.assign(status=ov["status"].map(lambda s: STATUS_LABELS.get(s, s)),
                       progress=ov["milestones_reached"] / ov["milestones_total"].clip(lower=1),
-                      open=ov["key"].isin([k for k, _ in runs_open]))
+                      seed=[_blank(v, "unknown") for v in ov["seed"]],
+                      problems=[_blank(v, "not checked") for v in ov["problems"]],
+                      steps=[_steps(s, b) for s, b in zip(ov["steps"], ov["budget"])])
     st.dataframe(
-        table[["open", "key", "task", "method", "ablations", "seed", "steps", "lives", "milestones", "progress",
-               "status", "problems", "deaths", "episodes", "budget"]],
+        table[["key", "task", "method", "ablations", "seed", "steps", "lives", "deaths", "milestones", "progress",
+               "status", "problems", "episodes"]],
         hide_index=True, width="stretch",
         column_config={
-            "open": st.column_config.CheckboxColumn("open", help="Opened in the other pages", width="small"),
-            "key": st.column_config.TextColumn("run", help="Folder relative to the runs root"),
-            "steps": st.column_config.NumberColumn("steps", help="Env steps taken (last step)", format="%d"),
-            "budget": st.column_config.NumberColumn("budget", help="Step budget", format="%d"),
-            "milestones": st.column_config.TextColumn("milestones", help="Reached of the task's total"),
+            "key": st.column_config.TextColumn("run", help="Folder relative to the runs root", width="medium"),
+            "task": st.column_config.TextColumn("task", width="small"),
+            "method": st.column_config.TextColumn("method", width="small"),
+            "ablations": st.column_config.TextColumn("ablations", width="small"),
+            "steps": st.column_config.TextColumn("steps / budget", help="Env steps taken (last step) of the step "
+                                                 "budget", width="small"),
+            "milestones": st.column_config.TextColumn("milestones", help="Reached of the task's total", width="small"),
             "progress": st.column_config.ProgressColumn("reached", min_value=0.0, max_value=1.0, format="percent",
                                                         width="small"),
-            "seed": st.column_config.NumberColumn("seed", format="%d", width="small"),
+            "seed": st.column_config.TextColumn("seed", help="World seed (unknown: the run records none)",
+                                                width="small"),
             "lives": st.column_config.NumberColumn("lives", format="%d", width="small"),
-            "problems": st.column_config.NumberColumn(
-                "problems", help="Damaged lines or files (see below); blank: not checked yet (open the run, or "
-                                 "check all runs below)"),
+            "deaths": st.column_config.NumberColumn("deaths", format="%d", width="small"),
+            "episodes": st.column_config.NumberColumn("episodes", format="%d", width="small"),
+            "status": st.column_config.TextColumn("status", width="small"),
+            "problems": st.column_config.TextColumn(
+                "problems", width="small", help="Damaged lines or files (see below); not checked: open the run, "
+                                                "or check all runs below"),
         })
     if follow:
         st.caption(f"Refreshed {ui.stamp()}")
@@ -69,22 +89,20 @@ def _table() -> None:
 _table()
 
 
-def _on_pick() -> None:
-    picked = st.session_state["w_runs"]
+def _focus(picked: list[str]) -> dict[str, str | None]:
+    """The focused run stays if still open, else the first run opened."""
     current = ui.qp("run")
-    ui.set_qp(runs=",".join(picked), run=current if current in picked else (picked[0] if picked else None))
-
-
-valid = [k for k in split_list(ui.qp("runs")) if k in keys]
-ui.init_widget("w_runs", valid)
+    return {"run": current if current in picked else (picked[0] if picked else None)}
 
 
 def _label(k: str) -> str:
     row = overview[overview["key"] == k].iloc[0]
-    return f"{k} — {row['method']} · {row['task']} · seed {row['seed']} · {row['milestones']}"
+    return f"{k} — {row['method']} · {row['task']} · seed {_blank(row['seed'], '?')} · {row['milestones']}"
 
 
-st.multiselect("Open runs", keys, key="w_runs", on_change=_on_pick, format_func=_label,
+st.multiselect("Open runs", keys, format_func=_label,
+               **ui.bound("w_runs", "runs", [], lambda v: [k for k in split_list(v) if k in keys], ",".join,
+                          also=_focus),
                placeholder="Choose one or several runs to open",
                help="The choice is stored in the URL (runs=...), so the view is a shareable link.")
 if runs_open:

@@ -6,8 +6,8 @@ import streamlit as st
 
 from dashboard import charts, figures, ui
 from dashboard.core import parse_int
-from loaders import paper_measures
 from loaders import analysis_pages as ap
+from loaders import chart_data, paper_measures
 from loaders.run import Run
 
 WINDOWS = (5, 10, 25, 50, 100)
@@ -15,10 +15,9 @@ DEFAULT_WINDOW = 25
 
 
 @ui.cached
-def _series(runs: list[tuple[str, Run]], window: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _series(runs: list[tuple[str, Run]], window: int) -> tuple[chart_data.SeedBands, pd.DataFrame]:
     """Seed bands of the rolling median, and the interaction table pooled over seeds."""
-    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.steps_per_turn(r, window)) for _, r in runs],
-                          "median")
+    bands = chart_data.steps_per_turn(runs, window)
     pooled = paper_measures.interaction_table(ap.measures(runs))
     if len(pooled):
         pooled["calls_by_tool"] = [", ".join(f"{k}: {v}" for k, v in d.items()) for d in pooled["calls_by_tool"]]
@@ -30,26 +29,33 @@ if not runs:
     ui.need_run(None)
 st.title("Steps per turn")
 st.caption("Env steps executed per policy decision (turn), a rolling median over the last turns, against env step: "
-           "one line per method (the mean over its seeds), the band spans its seeds' lowest and highest values. "
-           "Higher means more steps between model calls. Shaded: where MFM exceeds both PRO-LONG and VISTA "
-           "(paper Figure 9).")
+           "one line per method (the mean over its seeds, with the 95% interval of that mean where it has several), "
+           "one chart per task. Higher means more steps between model calls. Shaded: where MFM exceeds both "
+           "PRO-LONG and VISTA (paper Figure 9).")
 st.select_slider("Rolling window (turns)", WINDOWS,
                  **ui.bound("w_window", "window", DEFAULT_WINDOW,
                             lambda v: w if (w := parse_int(v)) in WINDOWS else None))
 window = int(st.session_state["w_window"])
-bands, pooled = _series(runs, window)
-shade = ap.exceed_intervals(bands)
-st.plotly_chart(charts.band_figure(bands, f"env steps per turn (rolling median, {window} turns)", shade,
-                                   "MFM above PRO-LONG and VISTA"), width="stretch", key="spt_chart")
-methods = list(dict.fromkeys(bands["method"])) if len(bands) else []
-if shade:
-    covered = sum(hi - lo for lo, hi in shade)
-    st.caption(f"MFM exceeds both in {len(shade)} interval(s) covering {covered} env steps.")
-elif not {"mfm", "pro-long", "vista"} <= set(methods):
-    st.caption("Shading needs runs of mfm, pro-long and vista open.")
-ui.figure_downloads(lambda: figures.steps_per_turn_figure(runs, window), "steps_per_turn", "double")
-st.subheader("Pooled over seeds")
-st.dataframe(pooled, hide_index=True, width="stretch", key="spt_pooled",
-             column_config={"steps_per_turn": st.column_config.NumberColumn("env steps per turn", format="%.2f"),
-                            "model_calls_per_milestone": st.column_config.NumberColumn(format="%.1f"),
-                            "tool_calls_per_milestone": st.column_config.NumberColumn(format="%.1f")})
+groups = chart_data.tasks(runs)
+for i, (task, group) in enumerate(groups):
+    tag = "" if len(groups) == 1 else f"_{i}"
+    if len(groups) > 1:
+        st.subheader(f"Task: {ui.md(task)}")
+    series, pooled = _series(group, window)
+    shade = series.shade
+    if not len(series.bands):
+        st.info("No open run of this task records turns.")
+        continue
+    st.plotly_chart(charts.band_figure(series), width="stretch", key=f"spt_chart{tag}")
+    if shade:
+        covered = sum(hi - lo for lo, hi in shade)
+        st.caption(f"MFM exceeds both in {len(shade)} interval(s) covering {covered} env steps.")
+    elif not {"mfm", "pro-long", "vista"} <= set(series.methods):
+        st.caption("Shading needs runs of mfm, pro-long and vista open.")
+    ui.figure_downloads(lambda g=group, s=series: figures.steps_per_turn_figure(g, window, series=s),
+                        f"steps_per_turn{tag}", "double")
+    st.markdown("**Pooled over seeds**")
+    st.dataframe(pooled, hide_index=True, width="stretch", key=f"spt_pooled{tag}",
+                 column_config={"steps_per_turn": st.column_config.NumberColumn("env steps per turn", format="%.2f"),
+                                "model_calls_per_milestone": st.column_config.NumberColumn(format="%.1f"),
+                                "tool_calls_per_milestone": st.column_config.NumberColumn(format="%.1f")})

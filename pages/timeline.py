@@ -22,7 +22,7 @@ key, run = ui.need_run(focus)
 st.title("Timeline")
 m = run.manifest
 st.caption(f"{ui.md_code(key)} · " + ui.md(
-    f"{m.task if m else '?'} · {m.method if m else '?'} · seed {m.seed if m else '?'} · "
+    f"{m.task if m else '?'} · {m.method if m else '?'} · seed {m.seed if m and m.seed is not None else '?'} · "
     f"{STATUS_LABELS.get(run.status, run.status)} · {len(run.episodes())} episodes"))
 ui.follow_live([(key, run)])
 ui.show_problems(key, run)
@@ -50,12 +50,17 @@ if ep_id and run.episode(ep_id) is None:
     ep_id = None
 step = parse_int(ui.qp("step"))
 
-bars, marks, vitals = ui.timeline_data(run, lo, hi, color_by)
-lives = sorted(set(int(v) for v in bars["life"])) if len(bars) else [0]
+view = ui.timeline(run, lo, hi, color_by)
+bars, marks, vitals = view.bars, view.marks, view.vitals
 sel = run.episode(ep_id) if ep_id else None
-fig = charts.timeline_figure(bars, marks, vitals, color_by, lives, ep_id, step, (lo - 0.5, hi + 0.5),
-                             (sel.first_step, sel.last_step, sel.life) if sel else None)
+fig = charts.timeline_figure(view, ep_id, step, (sel.first_step, sel.last_step, sel.life) if sel else None)
 points = len(bars) + len(marks) + 4 * len(vitals)
+
+
+def _first_frame(ep: str | None) -> int | None:
+    """The step of an episode's first frame (None: no episode or no frames)."""
+    ref = run.episode(ep) if ep else None
+    return ref.first_step + 1 if ref and ref.frames else None
 
 
 def _on_bar() -> None:
@@ -64,14 +69,12 @@ def _on_bar() -> None:
     for p in (sel["selection"]["points"] if sel and sel.get("selection") else []):
         cd = p.get("customdata")
         if isinstance(cd, list) and cd and isinstance(cd[0], str) and cd[0].startswith("ep_"):
-            ref = run.episode(cd[0])
-            ui.set_qp(ep=cd[0], step=ref.first_step + 1 if ref and ref.frames else None)
-            st.session_state.pop("w_step", None)
+            ui.set_qp(ep=cd[0], step=_first_frame(cd[0]))
             break
 
 
 st.plotly_chart(fig, width="stretch", key="timeline_chart", on_select=_on_bar, selection_mode="points")
-ui.figure_downloads(lambda: figures.timeline_figure(key, run, lo=lo, hi=hi, color_by=color_by),
+ui.figure_downloads(lambda: figures.timeline_figure(key, run, view=view),
                     f"timeline_{figures.file_stem(key)}", "double")
 binned = len(bars) and (bars["count"] > 1).any()
 st.caption(f"Steps {lo}–{hi}: {int(bars['count'].sum()) if len(bars) else 0} episodes"
@@ -85,18 +88,10 @@ options = list(in_range["id"].head(3000))
 if ep_id and ep_id not in options:
     options = [ep_id] + options
 summaries = dict(zip(eps["id"], eps["summary"]))
-
-
-def _on_ep() -> None:
-    e = st.session_state["w_ep"]
-    ref = run.episode(e) if e else None
-    ui.set_qp(ep=e, step=ref.first_step + 1 if ref and ref.frames else None)
-    st.session_state.pop("w_step", None)
-
-
-st.session_state["w_ep"] = ep_id if ep_id in options else None
-st.selectbox("Episode", options, key="w_ep", on_change=_on_ep, placeholder="Pick an episode (or click a bar)",
-             format_func=lambda e: f"{e} — {summaries.get(e, '')[:90]}")
+st.selectbox("Episode", options, placeholder="Pick an episode (or click a bar)",
+             format_func=lambda e: f"{e} — {summaries.get(e, '')[:90]}",
+             **ui.bound("w_ep", "ep", None, lambda v: v if v == ep_id and v in options else None, sync=True,
+                        also=lambda e: {"step": _first_frame(e)}))
 if len(in_range) > 3000:
     st.caption("Only the first 3,000 episodes of the range are listed; zoom in to reach the others.")
 
@@ -119,6 +114,14 @@ with left:
                 f"**turn** {row.turn if row.turn is not None else '—'} · "
                 f"**position** ({_fmt(row.x)}, {_fmt(row.y)}{', ' + _fmt(row.z) if row.z is not None else ''}) · "
                 f"**frames** {row.frames}")
+    if d.extra:
+        st.markdown("**Fields of its source format.** " + ui.md(", ".join(f"{k}: {v}" for k, v in d.extra.items())))
+    if row.turn is not None:
+        st.page_link(ui.pages()["turns"], label=f"Open turn {row.turn} in Turns (why it was chosen)",
+                     icon=":material/psychology:", query_params=ui.link_params(turn=row.turn))
+    if row.outcome in ("failed", "interrupted") or "died" in row.tags:
+        st.page_link(ui.pages()["failures"], label=f"{row.id} in Failures (filmstrip)", icon=":material/report:",
+                     query_params=ui.link_params(ep=row.id))
     if row.events:
         st.markdown("**Events.**\n" + "\n".join(f"- {ui.md(e)}" for e in row.events))
     if row.note:
@@ -172,29 +175,24 @@ if row.frames:
     try:
         strip = run_pages.frame_strip(run, ep_id, max_frames=24)
         thumbs = [run_pages.upscale(f, 128) for _, f in strip]
-        st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip])
+        st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip], output_format="PNG")
         if row.frames > len(strip):
             st.caption(f"{len(strip)} of {row.frames} frames, evenly spaced; scrub below for every step.")
     except (FrameError, UnsafePath) as e:
         st.error(f"Frames of {ui.md(ep_id)} cannot be shown: {ui.md(e)}")
 
     lo_s, hi_s = row.first_step + 1, row.first_step + row.frames
-    cur = step if step is not None and lo_s <= step <= hi_s else lo_s
-    st.session_state["w_step"] = cur
-
-    def _on_step() -> None:
-        ui.set_qp(step=st.session_state["w_step"])
-
+    scrub = ui.bound("w_step", "step", lo_s, lambda v: s if lo_s <= (s := int(v)) <= hi_s else None, sync=True)
     if hi_s > lo_s:
-        st.slider("Step (scrub the episode's frames)", min_value=lo_s, max_value=hi_s, key="w_step", on_change=_on_step)
+        st.slider("Step (scrub the episode's frames)", min_value=lo_s, max_value=hi_s, **scrub)
     cur = st.session_state["w_step"]
     a, b = st.columns([2, 3])
     try:
-        big = run_pages.upscale(ui.frame(run, step=cur), 320)
-        a.image(big, width=big.shape[1], caption=f"step {cur}")
+        big = run_pages.upscale(ui.frame(run, step=cur, life=row.life), 320)
+        a.image(big, width=big.shape[1], caption=f"step {cur}", output_format="PNG")
     except (FrameError, UnsafePath) as e:
         a.error(f"Frame of step {cur} cannot be shown: {ui.md(e)}")
-    sr = run_pages.step_row(run, cur)
+    sr = run_pages.step_row(run, cur, life=row.life)
     if sr:
         b.markdown(f"**Step {cur}** · action {ui.md_code(sr['action'])} · " + ui.md(
             f"position ({sr['x']}, {sr['y']}) · facing {sr['facing']} · reward {sr['reward']}"))

@@ -12,7 +12,7 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
@@ -88,3 +88,24 @@ def settle(pg, timeout: float = 45) -> None:
 
 def url(base: str, path: str, **params: str) -> str:
     return f"{base}/{path}" + (f"?{urlencode(params)}" if params else "")
+
+
+def no_exception(pg) -> None:
+    """The page shows no Streamlit exception (its text in the failure message if it does)."""
+    errors = pg.locator('[data-testid="stException"]')
+    assert errors.count() == 0, errors.first.inner_text()
+
+
+def screenshot(pg, path: Path, tall: int = 2000) -> None:
+    """A screenshot of the page's top ``tall`` pixels, once it has settled at that height."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pg.set_viewport_size({"width": 1440, "height": tall})
+    settle(pg)
+    time.sleep(1.0)
+    pg.screenshot(path=str(path))
+    pg.set_viewport_size({"width": 1440, "height": 1000})
+
+
+def query(pg) -> dict[str, str]:
+    """The page's query parameters as the browser has them now (after history updates)."""
+    return {k: v[-1] for k, v in parse_qs(urlparse(pg.evaluate("location.href")).query).items()}

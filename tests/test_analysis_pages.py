@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import manifest, open_app, use_root
 from loaders import analysis_pages as ap
+from loaders import chart_data
 from loaders.run import open_run
 from mfm.memory import RunWriter
 from mfm.schema import MilestoneRow, StepRow, TurnRow
@@ -152,14 +153,14 @@ def test_steps_per_turn_bands_and_shading(root: Path) -> None:
     runs = {k: open_run(root / k) for k in ALL.split(",")}
     spt = ap.steps_per_turn(runs["mfm_s0"], window=3)
     assert list(spt["steps"]) == [5.0] * len(TURNS) and list(spt["median"]) == [5.0] * len(TURNS)
-    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.steps_per_turn(r, 3)) for r in runs.values()],
+    bands = chart_data.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.steps_per_turn(r, 3)) for r in runs.values()],
                           "median")
     mfm = bands[(bands["method"] == "mfm") & bands["mean"].notna()]
     assert set(mfm["seeds"]) == {2} and set(mfm["mean"]) == {5.0}
     assert set(bands.loc[(bands["method"] == "vista") & bands["mean"].notna(), "mean"]) == {3.0}
-    shade = ap.exceed_intervals(bands)
+    shade = chart_data.exceed_intervals(bands)
     assert len(shade) == 1 and shade[0][0] == int(mfm["step"].min())
-    assert ap.exceed_intervals(bands[bands["method"] != "vista"]) == []
+    assert chart_data.exceed_intervals(bands[bands["method"] != "vista"]) == []
 
 
 def test_steps_per_turn_page(root: Path) -> None:
@@ -201,7 +202,7 @@ def test_memory_page_renders_without_html(root: Path) -> None:
     at.slider(key="w_mem_asof").set_value(15).run()
     assert not at.exception and at.query_params["asof"] == "15"
     prov = table_with(at, "removed_at")
-    assert prov.loc[prov["text"] == "- wood at A", "removed_at"].iloc[0] == 25
+    assert prov.loc[prov["text"] == "- wood at A", "removed_at"].iloc[0] == "25"
     assert any(c.language == "diff" and "+- coal at C" in c.value for c in at.code)
 
 
@@ -216,7 +217,7 @@ def test_progress_curve_and_bands(root: Path) -> None:
     curve = ap.milestone_curve(open_run(root / "mfm_s0"))
     assert list(curve.itertuples(index=False, name=None)) == [(0, 0), (10, 1), (25, 2), (30, 2)]
     runs = [open_run(root / k) for k in ("mfm_s0", "mfm_s1", "vista_s0")]
-    bands = ap.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.milestone_curve(r)) for r in runs], "milestones",
+    bands = chart_data.seed_bands([(ap.method_of(r), ap.seed_of(r), ap.milestone_curve(r)) for r in runs], "milestones",
                           hold=True)
     at = bands.set_index(["method", "step"])["mean"]
     assert at[("mfm", 12)] == 1 and at[("vista", 12)] == 1 and at[("vista", 16)] == 2 and at[("vista", 30)] == 2
@@ -225,7 +226,8 @@ def test_progress_curve_and_bands(root: Path) -> None:
 def test_progress_page(root: Path) -> None:
     at = app("progress", runs=ALL, run="mfm_s0")
     table = table_with(at, "per seed").set_index("method")
-    assert table.loc["mfm", "milestones"] == "2.0 ± 0.0 / 2" and table.loc["mfm", "seeds"] == 2
+    assert table.loc["mfm", "milestones"] == "2.0 ± 0.0 of 2" and table.loc["mfm", "seeds"] == 2
+    assert table.loc["vista", "milestones"] == "2.0 of 2 (single run)"
     reach = table_with(at, "over_1000").set_index(["method", "tool"])
     # per run: search returned A (age 5) and B (0); inspections opened A (5), B (5), A (15)
     assert reach.loc[("mfm", "search"), "episodes"] == 4 and reach.loc[("mfm", "search"), "median"] == 2.5
@@ -241,8 +243,8 @@ def test_write_figures_files_are_valid(root: Path, tmp_path: Path) -> None:
 
     from dashboard import figures
 
-    out = tmp_path / "figs"
-    written = figures.write_figures([root], out, window=3)
+    written = figures.write_figures([root], tmp_path / "figs", window=3)
+    out = tmp_path / "figs" / "diamond"
     names = {p.name for p in written}
     for stem in ("steps_per_turn", "retargeting", "progress", "timeline_mfm_s0", "spatial_grid_vista_s0",
                  "provenance_mfm_s0"):
@@ -292,3 +294,61 @@ def test_mfm_figures_command_writes_files(tmp_path):
     assert main(["figures", str(tmp_path / "runs"), "--out", str(tmp_path / "figs")]) == 0
     assert list((tmp_path / "figs").rglob("*.svg")) and list((tmp_path / "figs").rglob("*.pdf"))
     assert main(["figures", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")]) == 2
+
+
+def _sample_turn_at(step: int) -> dict:
+    import json
+
+    from conftest import REPO
+
+    turns = [json.loads(x) for x in (REPO / "sample_runs/diamond_mfm_s2/turns.jsonl").read_text().splitlines()]
+    return next(t for t in turns if t["first_step"] < step <= t["last_step"])
+
+
+def test_memory_page_shows_the_plan_being_followed_and_diffs_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import REPO
+
+    use_root(monkeypatch, REPO / "sample_runs")
+    turn = _sample_turn_at(410)
+    at = open_app("memory", runs="diamond_mfm_s2", run="diamond_mfm_s2", file="mine/working.md", asof="410")
+    at.toggle(key="w_mem_raw").set_value(True).run()
+    shown = next(c.value for c in at.code if c.language == "markdown")
+    want = [f"{i}. ({p['x']}, {p['y']}) {p['label']}" for i, p in enumerate(turn["plan_after"], 1)]
+    assert [ln for ln in shown.splitlines() if ln[:1].isdigit()] == want
+    diffs = [c.value for c in at.code if c.language == "diff"]
+    assert len(diffs) == 1 and any(ln.startswith("+") and not ln.startswith("+++") for ln in diffs[0].splitlines())
+    assert not any("No change" in c.value for c in at.caption)
+
+
+def test_runs_table_has_no_dead_checkboxes_and_no_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from conftest import REPO
+
+    use_root(monkeypatch, REPO / "sample_runs")
+    at = open_app()
+    table = at.dataframe[0].value.set_index("key")
+    assert "open" not in table.columns and "budget" not in table.columns
+    for key in table.index:
+        m = json.loads((REPO / "sample_runs" / key / "run.json").read_text())
+        assert table.loc[key, "steps"] == f"{m['last_step']:,} / {m['step_budget']:,}"
+        assert table.loc[key, "seed"] == str(m["seed"])
+    assert not table.astype(str).isin(["None", "nan", "<NA>"]).any().any()
+
+
+def test_memory_page_shows_an_unreplayable_history_as_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from conftest import shared_export
+
+    g4 = shared_export().parent / "g4_excerpt"
+    if not (g4 / "data.json").is_file():
+        pytest.skip(f"no MFM export excerpt at {g4}")
+    hist = json.loads((g4 / "data.json").read_text())["mine"]["history"]["mine/working.md"]
+    first, last = min(e["step"] for e in hist), max(e["step"] for e in hist)
+    use_root(monkeypatch, g4.parent)
+    at = open_app("memory", runs="g4_excerpt", run="g4_excerpt", file="mine/working.md", asof=str((first + last) // 2))
+    assert any("**unknown**" in c.value and f"from step {last}" in c.value for c in at.caption)
+    assert any("Content unknown" in i.value for i in at.info)
+    at = open_app("memory", runs="g4_excerpt", run="g4_excerpt", file="mine/working.md", asof=str(last))
+    assert any("version 1 of 1" in c.value for c in at.caption)

@@ -7,11 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from dash_browser import SHOTS, dashboard, needs_browser, settle, url
+from dash_browser import SHOTS, dashboard, needs_browser, no_exception, query, screenshot, settle, url
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
 from loaders.run_pages import inspections
@@ -31,19 +30,8 @@ def check(pg, name: str, *expected: str, tall: int = 2000) -> None:
     settle(pg)
     for text in expected:
         pg.get_by_text(text, exact=False).filter(visible=True).first.wait_for(state="visible", timeout=60_000)
-    assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator(
-        '[data-testid="stException"]').first.inner_text()
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    pg.set_viewport_size({"width": 1440, "height": tall})
-    settle(pg)
-    time.sleep(1.0)
-    pg.screenshot(path=str(SHOTS / f"{name}.png"))
-    pg.set_viewport_size({"width": 1440, "height": 1000})
-
-
-def query(pg) -> dict[str, str]:
-    """The page's query parameters as the browser has them now (after history updates)."""
-    return {k: v[-1] for k, v in parse_qs(urlparse(pg.evaluate("location.href")).query).items()}
+    no_exception(pg)
+    screenshot(pg, SHOTS / f"{name}.png", tall)
 
 
 def click_point(pg, selector: str, index: int) -> None:

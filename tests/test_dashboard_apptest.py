@@ -177,6 +177,15 @@ def test_grid_page(root: Path) -> None:
     assert at.query_params["life"] == "1"
 
 
+def test_grid_cell_typed_goes_into_the_url(root: Path) -> None:
+    at = app("grid", runs=CRAFTER)
+    assert "Pick a cell" in texts(at) and "cell" not in at.query_params
+    x = at.number_input(key="w_gx").value
+    at.number_input(key="w_gx").set_value(x + 1).run()
+    assert at.query_params["cell"] == f"{x + 1},{at.number_input(key='w_gy').value}"
+    assert f"({x + 1}, " in texts(at)
+
+
 def test_grid_deep_link_restores_filters(root: Path) -> None:
     at = app("grid", runs=CRAFTER, life="0", kinds="walked,blocked", range="5-100")
     assert at.selectbox(key="w_life").value == 0

@@ -423,3 +423,10 @@ def test_the_game_rules_have_one_home() -> None:
     assert mapping.MINE_TOOL == {m: t for m, info in constants.collect.items() for t in info["require"]}
     assert set(atoms.PICKAXES) == {t for t in constants.items if t.endswith("_pickaxe")}
     assert crafter_env.VITALS == game.VITALS == tuple(rules["vitals"])
+    env.reset()
+    assert crafter_env.SPAWN == tuple(int(v) for v in env._player.pos) == (game.AREA[0] // 2, game.AREA[1] // 2)
+    from mfm.agent import policy
+
+    assert (policy.HALF_COLS, policy.HALF_ROWS) == (crafter_env.HALF_COLS, crafter_env.HALF_ROWS) == (4, 3)
+    assert policy._lattice()[0] == (policy.EDGE, policy.EDGE)
+    assert policy._lattice()[-1] == (game.AREA[0] - 4, game.AREA[1] - 4) == (60, 60)

@@ -374,9 +374,10 @@ def test_the_runs_page_shows_the_good_run_whole_beside_one_bad_run_of_each_kind(
     shown = at.dataframe[0].value.set_index("key")
     assert set(shown.index) == {"good", *bad}
     good = shown.loc["good"]
-    assert (good["steps"], good["episodes"], good["problems"], good["milestones"]) == (
-        expected["steps"], expected["episodes"], expected["problems"], expected["milestones"])
-    assert all(shown.loc[name, "problems"] >= 1 for name in bad)
+    assert (good["episodes"], int(good["problems"]), good["milestones"]) == (
+        expected["episodes"], expected["problems"], expected["milestones"])
+    assert good["steps"].startswith(f"{expected['steps']:,} / "), "steps of the budget, as the page writes them"
+    assert all(int(shown.loc[name, "problems"]) >= 1 for name in bad)
     damaged = [e.label for e in at.expander if "problem(s)" in e.label]
     assert sorted(label.split(":")[0].removeprefix("⚠️ ") for label in damaged) == sorted(bad)
 

@@ -20,7 +20,8 @@ from conftest import REPO
 from loaders import cachedread, tablecache
 from mfm.cli import EXTRAS, main
 
-NOT_IN_CORE = ("streamlit", "pandas", "duckdb", "pyarrow", "plotly", "altair", "vl-convert-python", "openai")
+NOT_IN_CORE = ("streamlit", "pandas", "duckdb", "pyarrow", "plotly", "altair", "vl-convert-python", "openai", "ray",
+               "jupyterlab", "anywidget")
 SOURCES = ("pyproject.toml", "README.md", "mfm", "loaders", "dashboard", "pages")
 """What a build of the project reads (the rest of the checkout is not copied)."""
 WITHOUT_EXTRA = [(["dashboard"], "dashboard", "streamlit"), (["dashboard", "sample_runs"], "dashboard", "plotly"),

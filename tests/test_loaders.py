@@ -14,7 +14,7 @@ from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, damage, make_root
 from dashboard import charts
 from dashboard.core import (FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_range, resolve_run_key,
                             runs_root)
-from loaders import run_pages
+from loaders import chart_data, run_pages
 from loaders.run import find_runs, open_run, open_runs, runs_table, signature
 from mfm.boundary import UnsafePath, inside
 from mfm.memory.retrieval import FrameError
@@ -182,7 +182,7 @@ def test_a_36000_step_run_stays_under_50k_points() -> None:
     paths = run_pages.trajectories(steps)
     assert (bars["count"] > 1).any() and bars["count"].sum() == n_eps
     assert marks.groupby("kind")["count"].sum()["memory_write"] == n_eps
-    fig = charts.timeline_figure(bars, marks, vit, "action_kind", sorted(set(life)))
+    fig = charts.timeline_figure(chart_data.TimelineView(bars, marks, vit, 0, n_steps, "action_kind"))
     points = sum(len(t.x) if t.x is not None else 0 for t in fig.data)
     assert points <= run_pages.MAX_POINTS, points
     assert len(paths) <= 20_000 + 4
@@ -212,11 +212,7 @@ def test_grid_views(root: Path) -> None:
 
 def test_grid_figure_has_legend_and_downwards_y(root: Path) -> None:
     run = open_run(root / CRAFTER)
-    cells = run_pages.grid_cells(run.grid())
-    eps = run.episodes().dropna(subset=["x"])
-    lv = run.lives()
-    fig = charts.grid_figure(cells, run_pages.trajectories(run.steps()), eps, lv[lv["event"] == "death"],
-                             run_pages.grid_extent(run.grid(), run.steps(), run.episodes()), (32, 32))
+    fig = charts.grid_figure(chart_data.grid(run), (32, 32))
     names = {t.name for t in fig.data}
     assert "cell: walked" in names and "life 0 path" in names
     lo, hi = fig.layout.yaxis.range
@@ -307,3 +303,30 @@ def test_damage_helper_matches_real_breakage(tmp_path: Path) -> None:
     shutil.copytree(d, tmp_path / "copy")
     damage(tmp_path / "copy")
     assert len(open_run(tmp_path / "copy").problems) > len(open_run(d).problems)
+
+
+def test_search_calls_of_every_shape_read_as_query_and_count() -> None:
+    import json as _json
+
+    calls = [
+        {"tool": "search", "args": {"text": "iron ore", "tags": ["milestone"], "outcome": "done", "limit": 8,
+                                    "kind": "episode", "steps": [10, 99], "near": [3.5, 4], "radius": 12.0},
+         "result": {"ids": ["ep_000001", "ep_000002", "ep_000003"]}},
+        {"tool": "search", "args": {"grep": "diamond|iron", "file": "logs.txt", "since_step": 0},
+         "result": {"ids": ["ep_000004"], "lines": 7}},
+        {"tool": "search", "args": {"script": "python tools/episodes.py --near", "kinds": ["episodes"]},
+         "result": {"exit": 0, "output_chars": 120}},
+    ]
+    turns = pd.DataFrame({"turn": [3], "life": [1], "first_step": [40], "calls": [_json.dumps(calls)]})
+    got = run_pages.tool_calls(turns, ("search",))
+    assert list(got["results"].astype(object).where(got["results"].notna(), None)) == [3, 1, None]
+    first = got["text"].iloc[0]
+    for words in ("'iron ore'", "tags milestone", "outcome done", "steps 10–99", "near (3.5, 4) within 12",
+                  "at most 8"):
+        assert words in first
+    assert got["text"].iloc[1] == "grep /diamond|iron/ in logs.txt · since step 0"
+    assert "python tools/episodes.py --near" in got["text"].iloc[2]
+    marks = run_pages.marks(pd.DataFrame(), pd.DataFrame(), turns, pd.DataFrame(), 0, 100)
+    labels = list(marks.loc[marks["kind"] == "search", "label"])
+    assert labels[0].endswith("→ 3 results") and labels[1].endswith("→ 1 result")
+    assert labels[2].endswith("→ results not recorded")

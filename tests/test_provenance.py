@@ -248,7 +248,7 @@ def test_provenance_figure_manifest_records_filters(built, tmp_path: Path) -> No
     gr = figures.manifest(figures.grid_figure("mem_s0", run, kinds=["walked"]), "single")
     assert gr["filters"] == {"range": [0, 30], "kinds": ["walked"]}
     written = figures.save(fig, tmp_path, "double")
-    assert {p.suffix for p in written} == {".svg", ".pdf", ".png", ".json"}
+    assert {p.suffix for p in written} == {".svg", ".pdf", ".png", ".csv", ".json"}
     assert b"<svg" in (tmp_path / "provenance.svg").read_bytes()
 
 
@@ -287,7 +287,7 @@ def test_provenance_page_bad_node_and_episode(built) -> None:
 def test_memory_page_shows_contradictions(built) -> None:
     at = open_app("memory", runs="mem_s0", run="mem_s0", file="mine/GUIDE.md", asof="5")
     prov = next(d.value for d in at.dataframe if "contradiction" in d.value.columns)
-    assert sorted(prov["contradiction"].dropna()) == ["retracted", "revised"]
+    assert sorted(c for c in prov["contradiction"] if c) == ["retracted", "revised"]
     assert any("2 contradicted later" in cap.value for cap in at.caption)
 
 

@@ -30,8 +30,8 @@ def test_runs_page_reads_only_manifests_of_a_large_root(tmp_path, monkeypatch):
     (tmp_path / "run_05" / "steps.jsonl").open("a").write("garbage\n")
     use_root(monkeypatch, tmp_path)
     at = open_app()
-    assert at.dataframe[0].value["problems"].isna().all(), "nothing is read before it is asked for"
+    assert at.dataframe[0].value["problems"].eq("not checked").all(), "nothing is read before it is asked for"
     at.toggle(key="w_check_all").set_value(True).run()
-    problems = at.dataframe[0].value.set_index("key")["problems"]
+    problems = at.dataframe[0].value.set_index("key")["problems"].astype(int)
     assert problems["run_05"] == 1 and problems.drop("run_05").eq(0).all()
     assert any("run_05" in e.label for e in at.expander)

@@ -17,6 +17,7 @@ the field, and is left out (a bad row is skipped, the rest of the run is read).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,12 @@ SECTIONS = {"run": dict, "index": list, "previous": list, "episodes": dict, "gri
 RUN_FIELDS = {"name": "str", "task": "str", "memory_mode": "str", "model": "str", "steps": "int",
               "last_step": "int", "ablations": "strs", "milestones": "object"}
 SHALLOW = {"object": dict, "array": list}
+INDEX_FIELDS = frozenset(f.name for f in dataclasses.fields(IndexRow))
+"""Index fields our format names; the others of an export row are kept in ``extra``."""
+DROPPED = frozenset({"_raw", "life"})
+"""Export index keys not kept: the original line (the row itself) and a life we assign."""
+EXTRA = "extra"
+"""The episodes table's column of the export's own index fields (JSON text, or null)."""
 """Kinds checked by type only (containers whose items are taken one by one)."""
 
 
@@ -162,6 +169,13 @@ class ExportSource:
         self.path = path
         self._sections: dict[str, Any] | None = None
         self._problems: list[Problem] = []
+        self.extras: dict[str, dict] = {}
+        """Episode id -> the index fields of the export our format does not name (its own
+        ``inventory_delta``, ``_frame``, ``attachment``…), kept as they were."""
+        self.unknown: dict[str, tuple[int, int]] = {}
+        """``mine/`` path -> ``(first, known)``: the file existed from step ``first`` but its
+        history is not replayable, so its content is unknown until step ``known``, from which
+        the exported version holds."""
 
     def sections(self) -> dict[str, Any]:
         """The top-level sections of data.json, each of its type (empty where absent or wrong)."""
@@ -204,7 +218,15 @@ class ExportSource:
             "memory_writes.jsonl": writes, "milestones.jsonl": milestones, "lives.jsonl": [],
         }
         lines = {k: list(range(1, len(v) + 1)) for k, v in tables.items()}
-        return RunContents(self.path, manifest, tables, lines, problems)
+        return RunContents(self.path, manifest, tables, lines, problems, columns={"index.jsonl": self._episodes(index)})
+
+    def _episodes(self, index: list[IndexRow]) -> Any:
+        """The episodes table with the export's own index fields in :data:`EXTRA` (JSON text)."""
+        from loaders.run import _frame
+
+        df = _frame(index, IndexRow)
+        df[EXTRA] = [json.dumps(self.extras[r.id], sort_keys=True) if r.id in self.extras else None for r in index]
+        return df
 
     def _manifest(self, run: dict, index: list[IndexRow], f: Fields) -> tuple[RunManifest, dict[str, int]]:
         """The manifest from the ``run`` section, and the milestones it says were achieved."""
@@ -227,7 +249,8 @@ class ExportSource:
         config.pop("milestones", None)
         last = max((r.last_step for r in index), default=0)
         return inferred_manifest(
-            v["name"] or self.path.name, "minecraft", index, task=v["task"] or "unknown",
+            v["name"] or self.path.name, "minecraft", index, seed=f.take(run.get("seed"), "int", "run", 0, "seed"),
+            task=v["task"] or "unknown",
             method=v["memory_mode"] or "unknown", step_budget=v["steps"] or last, milestone_order=tuple(order),
             milestones=achieved, last_step=v["last_step"] or last, policy=v["model"],
             ablations=tuple(v["ablations"] or ()), config=config), achieved
@@ -254,9 +277,11 @@ class ExportSource:
                 raw = f.item(raw, "object", where, i, "row")
                 if raw is None:
                     continue
-                obj = {k: v for k, v in raw.items() if not k.startswith("_")}
+                obj = {k: v for k, v in raw.items() if k in INDEX_FIELDS}
                 ep = obj.get("id")
-                obj.update(life=life, image=f"frames/{ep}.jpg" if isinstance(ep, str) and obj.get("image") else None)
+                included = raw.get("_frame", True) is not False
+                obj.update(life=life, image=f"frames/{ep}.jpg" if isinstance(ep, str) and obj.get("image")
+                           and included else None)
                 row = f.record(IndexRow, obj, where, i)
                 if row is None:
                     continue
@@ -265,6 +290,12 @@ class ExportSource:
                     continue
                 seen.add(row.id)
                 out.append(row)
+                extra = {k: v for k, v in raw.items() if k not in INDEX_FIELDS and k not in DROPPED}
+                bad = unplain(extra)
+                if bad:
+                    f.report(where, i, f"fields {', '.join(sorted(extra))} hold {bad}; left out", "warning")
+                elif extra:
+                    self.extras[row.id] = extra
         return out
 
     def _records(self, episodes: dict, ep: str, f: Fields) -> tuple[dict | None, ...]:
@@ -395,8 +426,14 @@ class ExportSource:
                 **{k: f.take(e.get(k), "strs", "mine", 0, f"{name}.{k}", ()) for k in ("added", "removed")}}
 
     def _memory(self, mine: dict, f: Fields) -> list[MemoryWrite]:
+        """One write per history entry of each exported file, its content replayed from the
+        entry's added and removed lines. A file whose history the export marks not replayable
+        (``mine.replayable[path]`` false), or whose entries name no line at all, gets one write:
+        the exported file, from its last entry's step; from its first entry until then it is
+        unknown (:attr:`unknown`), not empty."""
         files = f.take(mine.get("files"), "object", "mine", 0, "files", {})
         history = f.take(mine.get("history"), "object", "mine", 0, "history", {})
+        replayable = f.take(mine.get("replayable"), "object", "mine", 0, "replayable", {})
         writes: list[tuple[int, str, MemoryWrite]] = []
         for path, text in files.items():
             if not mine_path(path):
@@ -407,13 +444,28 @@ class ExportSource:
                 continue
             raw = f.take(history.get(path), "array", "mine", 0, f"history[{path!r}]", [])
             entries = [e for e in (self._entry(r, path, n, f) for n, r in enumerate(raw)) if e is not None]
-            versions = replay_history(entries)
-            if not versions or versions[-1].rstrip("\n") != text.rstrip("\n"):
-                if versions:
-                    f.report("mine", 0, f"{path}: history does not replay to the exported file; the file is kept "
-                                        "as the last version", "warning")
-                entries = entries + [{"turn": None, "step": entries[-1]["step"] if entries else 0, "kind": "export"}]
-                versions = versions + [text]
+            flag = f.take(replayable.get(path), "bool", "mine", 0, f"replayable[{path!r}]")
+            blind = entries and not any(e["added"] or e["removed"] for e in entries) and text.strip()
+            if flag is False or blind:
+                first = min((e["step"] for e in entries), default=0)
+                last = max((e["step"] for e in entries), default=0)
+                if first < last:
+                    self.unknown[path] = (first, last)
+                if first < last or len(entries) > 1:
+                        f.report("mine", 0, f"{path}: history of {len(entries)} changes is not replayable (no lines "
+                                        f"recorded); only the exported file is known, from step {last}", "warning")
+                entries = [{"turn": entries[-1]["turn"] if entries else None, "step": last,
+                            "kind": "export (history not replayable)"}]
+                versions = [text]
+            else:
+                versions = replay_history(entries)
+                if not versions or versions[-1].rstrip("\n") != text.rstrip("\n"):
+                    if versions:
+                        f.report("mine", 0, f"{path}: history does not replay to the exported file; the file is "
+                                            "kept as the last version", "warning")
+                    entries = entries + [{"turn": None, "step": entries[-1]["step"] if entries else 0,
+                                          "kind": "export"}]
+                    versions = versions + [text]
             for e, content in zip(entries, versions):
                 w = f.record(MemoryWrite, {
                     "seq": 0, "turn": e["turn"], "step": e["step"], "life": 0, "path": path,
@@ -444,7 +496,7 @@ class ExportSource:
     def observation(self, ref: IndexRow) -> np.ndarray:
         """The episode's frame under ``frames/``; UnsafePath if it leads outside the export."""
         if not ref.image:
-            raise FrameError(f"{ref.id}: this export has no frame for it")
+            raise FrameError(f"{ref.id}: the export did not include a frame for it")
         p = inside(self.path, ref.image)
         if not p.is_file():
             raise FrameError(f"{ref.image}: not included in this export")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from mfm.agent.modes import MemoryMode, mode_for
+from mfm.envs import PERCEPTIONS as _HARNESS_PERCEPTIONS
 from mfm.envs import load_task
 
 METHODS: tuple[str, ...] = ("mfm", "direct", "pro-long", "vista")
@@ -17,6 +18,10 @@ ABLATIONS: tuple[str, ...] = ("no-frames", "no-index", "no-procedures", "no-cons
 
 POLICIES: tuple[str, ...] = ("scripted", "llm")
 """Who decides each turn: the scripted policy, or a model over an OpenAI-compatible API."""
+
+PERCEPTIONS: tuple[str, ...] = _HARNESS_PERCEPTIONS
+"""Where the live 9x7 view and daylight come from: the game's world map (``map``, the
+default), or the rendered frame, decoded (``pixels``; see :class:`mfm.envs.CrafterHarness`)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class RunConfig:
     ``steps`` is the env step budget (None: the task's budget). ``fixed_clock`` replaces wall
     time by a clock derived from the env step, so that a run is byte-identical when
     regenerated. ``consolidate_every`` is the number of episodes between consolidations.
+    ``perception`` (one of :data:`PERCEPTIONS`) is where the live view and daylight come from.
     """
 
     task: str = "diamond"
@@ -83,8 +89,11 @@ class RunConfig:
     stop_when_done: bool = True
     extra: dict = field(default_factory=dict)
     llm: LLMConfig | None = None
+    perception: str = "map"
 
     def __post_init__(self) -> None:
+        if self.perception not in PERCEPTIONS:
+            raise ValueError(f"unknown perception {self.perception!r}; expected one of {', '.join(PERCEPTIONS)}")
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; expected one of {', '.join(METHODS)}")
         bad = [a for a in self.ablations if a not in ABLATIONS]
@@ -127,11 +136,15 @@ class RunConfig:
         return base if self.llm is None else f"{base}_llm"
 
     def to_manifest(self) -> dict[str, Any]:
-        """The config as recorded in ``run.json`` (paths as strings, no output folder)."""
+        """The config as recorded in ``run.json`` (paths as strings, no output folder).
+        ``perception`` is recorded only when it is not the default ``map``, so that the
+        manifest of a default run stays what it was before the option existed."""
         d = asdict(self)
         d.pop("out")
         if self.llm is None:
             d.pop("llm")
+        if self.perception == "map":
+            d.pop("perception")
         d["ablations"] = list(self.ablations)
         d["budget"] = self.budget
         d["memory"] = asdict(self.mode)

@@ -19,7 +19,7 @@ from mfm.agent.mapping import DIRS, MINE_TOOL, WALKABLE, WORLD, Cell, NavMap, ch
 from mfm.agent.modes import MFM, MemoryMode
 from mfm.agent.protocol import Decision, PolicyGaveUp, Turn, TurnReport
 from mfm.agent.tools import MemoryTools, Sighting
-from mfm.envs import Perception, Task
+from mfm.envs import Perception, Task, rules
 from mfm.memory import Fact, ProceduralMemory, Procedure, Target, WorkingPlan
 from mfm.memory.consolidation import WORKING
 from mfm.schema import IndexRow
@@ -30,6 +30,19 @@ MINERALS = frozenset({"stone", "coal", "iron", "diamond"})
 RESOURCE_SECTION = "Resources"
 ITEM_TILE = {"wood": "tree", "stone": "stone", "coal": "coal", "iron": "iron", "diamond": "diamond"}
 STATIONS = ("table", "furnace")
+HALF_COLS, HALF_ROWS = rules.LOCAL_VIEW[0] // 2, rules.LOCAL_VIEW[1] // 2
+"""How far the 9x7 view reaches from the player: 4 columns and 3 rows each way."""
+EDGE = 3
+"""Explore targets keep this many cells from the world's edge (a lattice of this stride)."""
+FALLBACK_MIN = rules.LOCAL_VIEW[0]
+"""Once every explore point is seen, the fallback target is at least this far (L1) from the
+player: never its own cell, never one step away."""
+FACINGS = ("left", "up", "right", "down")
+STUCK_REPEATS = 5
+"""How many times in a row, at one env step, the stuck handler keeps its first choice of
+direction (``step % 4``) before it turns further each time. Five keeps the shipped samples
+byte-identical: ``diamond_direct_s2_2500steps`` stalls for 17 turns at step 701 (five
+firings facing the way it already faced) and gets out by chance; a sixth would rotate."""
 
 
 def res_key(name: str, cell: Cell) -> str:
@@ -83,6 +96,8 @@ class MFMPolicy:
         self._grid_seen_upto = 0
         self.explore_target: Cell | None = None
         self.idle = 0
+        self.spins = 0
+        self.spin_step = -1
         self.goal = "start"
         self.state_block = ""
 
@@ -107,8 +122,8 @@ class MFMPolicy:
                     stood.append(ev.cell)
             self._log_upto = len(lines)
         for x, y in stood:
-            for dx in range(-4, 5):
-                for dy in range(-3, 4):
+            for dx in range(-HALF_COLS, HALF_COLS + 1):
+                for dy in range(-HALF_ROWS, HALF_ROWS + 1):
                     self.seen.add((x + dx, y + dy))
 
     def knowledge(self, p: Perception, tools: MemoryTools) -> dict[str, Fact]:
@@ -267,8 +282,11 @@ class MFMPolicy:
 
     def _site(self, p: Perception, names: list[str], usable: set[str], tools: MemoryTools,
               why: str) -> Decision | None:
-        """Go back to where the text says I got a wanted thing: trees and water stay where they
-        were; for rock, look around the spot for more of it."""
+        """Go back to where the text says I got a wanted thing: collect there again for trees
+        and water; for rock, look around the spot for more of it. Water stays, but a tree that
+        was cut is gone (crafter 1.8.3 turns it into grass), so a tree site is often a failed
+        collect (counted in ``failed``; twice and the cell is no longer tried). Kept as it is:
+        changing it changes the shipped sample runs (docs/results.md, issue 5)."""
         if not self.mode.text_sites:
             return None
         self._update_sites(p, tools)
@@ -288,7 +306,7 @@ class MFMPolicy:
         if self.mode.coverage is None:
             leg = random.Random(self.seed * 1_000_003 + p.step // 150)
             pick = self.rng if self.rng.random() < 0.2 else leg
-            return (pick.randrange(3, 61), pick.randrange(3, 61))
+            return (pick.randrange(EDGE, WORLD[0] - EDGE), pick.randrange(EDGE, WORLD[1] - EDGE))
         if self.explore_target and self.explore_target not in self.seen and self.failed[self.explore_target] < 2:
             return self.explore_target
         rocky = []
@@ -297,20 +315,31 @@ class MFMPolicy:
                 rocky += self.known(facts, "res", n)
             rocky += self.known(facts, "hazard", "lava")
         best, best_score = None, float("inf")
-        for x in range(3, 61, 3):
-            for y in range(3, 61, 3):
-                c = (x, y)
-                if c in self.seen or self.failed[c] >= 2:
-                    continue
-                score = float(l1(c, p.pos))
-                if rocky:
-                    score += 0.7 * min(l1(c, r) for r in rocky)
-                if score < best_score:
-                    best, best_score = c, score
+        for c in _lattice():
+            if c in self.seen or self.failed[c] >= 2:
+                continue
+            score = float(l1(c, p.pos))
+            if rocky:
+                score += 0.7 * min(l1(c, r) for r in rocky)
+            if score < best_score:
+                best, best_score = c, score
         if best is None:
-            best = (max(3, min(WORLD[0] - 4, WORLD[0] - p.pos[0])), max(3, min(WORLD[1] - 4, WORLD[1] - p.pos[1])))
+            best = self._fallback_target(p)
         self.explore_target = best
         return best
+
+    def _fallback_target(self, p: Perception) -> Cell:
+        """Where to wander once every explore point has been seen: the point mirrored through
+        the world's centre, unless that is near the player (at the centre it is the player's
+        own cell, which took no step and livelocked the policy) or failed twice; then the
+        lattice point farthest from the player that has not failed twice (any, if all have)."""
+        x, y = p.pos
+        mirror = (max(EDGE, min(WORLD[0] - EDGE - 1, WORLD[0] - x)), max(EDGE, min(WORLD[1] - EDGE - 1, WORLD[1] - y)))
+        if l1(mirror, p.pos) >= FALLBACK_MIN and self.failed[mirror] < 2:
+            return mirror
+        points = _lattice()
+        points = [c for c in points if self.failed[c] < 2] or points
+        return max(points, key=lambda c: (l1(c, p.pos), -c[0], -c[1]))
 
     def seek(self, p: Perception, names: list[str], tools: MemoryTools, facts: dict[str, Fact],
              source: str | None, why: str) -> Decision:
@@ -386,7 +415,7 @@ class MFMPolicy:
             for dx, dy in DIRS.values():
                 n = (c[0] + dx, c[1] + dy)
                 ox, oy = n[0] - p.pos[0], n[1] - p.pos[1]
-                if abs(ox) > 4 or abs(oy) > 3:
+                if abs(ox) > HALF_COLS or abs(oy) > HALF_ROWS:
                     return False
                 name = p.tile(ox, oy)
                 if n in region or name not in WALKABLE | HOSTILE | {"cow", "arrow"}:
@@ -431,7 +460,10 @@ class MFMPolicy:
         v = p.vitals
         if self.idle >= 3:
             self.idle = 0
-            direction = ("left", "up", "right", "down")[p.step % 4]
+            self.spins = self.spins + 1 if p.step == self.spin_step else 0
+            self.spin_step = p.step
+            turn = max(0, self.spins - STUCK_REPEATS + 1)
+            direction = FACINGS[(p.step + turn) % len(FACINGS)]
             return Decision("atom", "face", {"direction": direction}, "stuck: turn around")
         if self.idle >= 2:
             target = self._explore_target(p, {"tree"}, facts)
@@ -592,7 +624,7 @@ class MFMPolicy:
                 continue
             _, name, cell = parsed
             dx, dy = cell[0] - p.pos[0], cell[1] - p.pos[1]
-            if abs(dx) <= 4 and abs(dy) <= 3:
+            if abs(dx) <= HALF_COLS and abs(dy) <= HALF_ROWS:
                 now = p.tile(dx, dy)
                 if now != name and now not in ("cow", "zombie", "skeleton", "arrow", "player", "outside"):
                     why = f"{name} at {cell} is gone (now {now})"
@@ -715,6 +747,11 @@ class MFMPolicy:
         return {"found_by_inspection": dict(sorted(self.found["inspection"].items())),
                 "found_by_sight": dict(sorted(self.found["sight"].items())),
                 "inspection_targets_used": len(self.used_inspection)}
+
+
+def _lattice() -> list[Cell]:
+    """The explore points: every ``EDGE``-th cell, ``EDGE`` cells in from the world's edge."""
+    return [(x, y) for x in range(EDGE, WORLD[0] - EDGE, EDGE) for y in range(EDGE, WORLD[1] - EDGE, EDGE)]
 
 
 def _short(args: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,18 @@ MOVES = {f"move_{k}": v for k, v in DIRS.items()}
 WALLS = frozenset({"water", "tree", "table", "furnace", "outside"})
 WriterFactory = Callable[[Path, RunManifest, Clock], RunWriter]
 """Makes a run's writer from its directory, manifest and clock."""
+MAX_TURNS_WITHOUT_STEP = 100
+"""Turns in a row that took no env step after which the run stops as ``interrupted`` (a
+policy that keeps choosing what takes no step would otherwise turn forever at one step)."""
+
+
+class RunStalled(RuntimeError):
+    """Too many turns in a row took no env step: the run stops with this message as its end reason."""
+
+
+def stalled_reason(turns: int) -> str:
+    """The ``end_reason`` of a run stopped by :data:`MAX_TURNS_WITHOUT_STEP`."""
+    return f"stalled: {turns} turns in a row took no env step"
 
 
 def record_run(run_dir: Path, manifest: RunManifest, clock: Clock) -> RunWriter:
@@ -184,12 +196,17 @@ class Runner:
 
     ``writer`` makes the run's writer, ``harness`` is the game (by default a new
     :class:`CrafterHarness` of the config's seed and frame size) and ``frames`` reads the
-    stored frames the policy inspects; the defaults are those of ``mfm run``."""
+    stored frames the policy inspects; the defaults are those of ``mfm run``.
+    ``max_idle_turns`` turns in a row without an env step stop the run (:class:`RunStalled`)."""
 
     def __init__(self, config: RunConfig, stop: Callable[[], bool] | None = None, command: str | None = None,
                  progress: bool = False, *, writer: WriterFactory = record_run, harness: CrafterHarness | None = None,
-                 frames: FrameReader = episode_frame) -> None:
+                 frames: FrameReader = episode_frame, max_idle_turns: int = MAX_TURNS_WITHOUT_STEP) -> None:
+        if max_idle_turns < 1:
+            raise ValueError("max_idle_turns must be at least 1")
         self.config = config
+        self.max_idle_turns = max_idle_turns
+        self.idle_turns = 0
         self.task = load_task(config.task)
         self.stop = stop
         self.progress = progress
@@ -207,7 +224,8 @@ class Runner:
             ablations=tuple(config.ablations), policy=policy_name(config), package_version=__version__,
             command=command, config=config.to_manifest())
         self.writer = writer(Path(config.out), manifest, self.clock or now_iso)
-        self.harness = harness if harness is not None else CrafterHarness(config.seed, size=config.frame_size)
+        self.harness = harness if harness is not None else CrafterHarness(config.seed, size=config.frame_size,
+                                                                           perception=config.perception)
         self.tools = MemoryTools(self.writer, frames)
         self.procedures = ProceduralMemory(self.writer.memory, ATOMS)
         self.policy: Policy
@@ -259,10 +277,12 @@ class Runner:
             self.start()
             while not self.done:
                 self.run_turn()
+                if self.idle_turns >= self.max_idle_turns:
+                    raise RunStalled(stalled_reason(self.idle_turns))
             reason = self.end_reason
         except (KeyboardInterrupt, RunStopped):
             status, reason = "interrupted", "stopped by the user"
-        except PolicyGaveUp as e:
+        except (PolicyGaveUp, RunStalled) as e:
             status, reason = "interrupted", str(e)
         except BaseException as e:
             reason = e.describe(self.writer.dir) if isinstance(e, WriteError) else f"{type(e).__name__}: {e}"
@@ -320,6 +340,7 @@ class Runner:
         planned = {(t["x"], t["y"]) for t in plan_before}
         targets = [{"kind": k, "x": x, "y": y, "in_plan": (x, y) in planned} for k, x, y in d.targets]
         row, result, died = self._execute(d, turn)
+        self.idle_turns = self.idle_turns + 1 if row.last_step == row.first_step else 0
         p = self.body.perception
         self.tools.step = p.step
         if died:

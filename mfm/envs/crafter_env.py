@@ -18,6 +18,7 @@ import numpy as np
 from crafter import constants, objects
 
 from mfm.envs import rules
+from mfm.envs.decode import decode_frame, estimate_daylight
 
 ACTIONS: tuple[str, ...] = tuple(constants.actions)
 ACHIEVEMENTS: tuple[str, ...] = tuple(constants.achievements)
@@ -28,7 +29,10 @@ DEATH_CAUSES: tuple[str, ...] = (
 
 AREA = rules.AREA
 VIEW = rules.VIEW
-SPAWN = (32, 32)
+SPAWN = (AREA[0] // 2, AREA[1] // 2)
+"""Where crafter puts the player at reset (the world's centre, (32, 32)); respawns go nearest to it."""
+PERCEPTIONS = ("map", "pixels")
+"""Sources of the live view and daylight: the world map, or the decoded frame."""
 LOCAL_COLS, LOCAL_ROWS = rules.LOCAL_VIEW
 HALF_COLS, HALF_ROWS = LOCAL_COLS // 2, LOCAL_ROWS // 2
 OUTSIDE = "outside"
@@ -51,7 +55,9 @@ class Perception:
     """Everything a policy may see after a step, and nothing more.
 
     ``local[dx + 4][dy + 3]`` is the name of the tile at world ``(x + dx, y + dy)`` for the
-    player at ``pos == (x, y)``; it covers exactly the 9x7 map area drawn in ``frame``.
+    player at ``pos == (x, y)``; it covers exactly the 9x7 map area drawn in ``frame``. It and
+    ``daylight`` are read from the world, or decoded from ``frame`` (the harness's
+    ``perception="pixels"``); everything else comes from the game's state.
     """
 
     step: int
@@ -69,7 +75,7 @@ class Perception:
     def tile(self, dx: int, dy: int) -> str:
         """Name of the tile at offset ``(dx, dy)`` from the player (|dx| <= 4, |dy| <= 3)."""
         if abs(dx) > HALF_COLS or abs(dy) > HALF_ROWS:
-            raise ValueError(f"offset ({dx}, {dy}) is outside the 9x7 view")
+            raise ValueError(f"offset ({dx}, {dy}) is outside the {LOCAL_COLS}x{LOCAL_ROWS} view")
         return self.local[dx + HALF_COLS][dy + HALF_ROWS]
 
     def facing_tile(self) -> str:
@@ -286,11 +292,21 @@ class CrafterHarness:
     ``reset()`` always rebuilds the same pristine world for the seed. After a death,
     ``respawn()`` continues in the same, modified world; the step counter (and so the
     day/night cycle) keeps running and achievements accumulate over the whole run.
+
+    ``perception`` says where :attr:`Perception.local` and :attr:`Perception.daylight` come
+    from: ``map`` (default) cuts the 9x7 window from the world's material and object maps and
+    reads the world's daylight; ``pixels`` decodes both from the rendered frame
+    (:func:`~mfm.envs.decode.estimate_daylight`, then :func:`~mfm.envs.decode.decode_frame`),
+    as a player looking at the screen would, misreadings at night included. The game itself
+    is the same either way (decoding renders nothing).
     """
 
-    def __init__(self, seed: int, size: int = 64) -> None:
+    def __init__(self, seed: int, size: int = 64, perception: str = "map") -> None:
+        if perception not in PERCEPTIONS:
+            raise ValueError(f"unknown perception {perception!r}; expected one of {', '.join(PERCEPTIONS)}")
         self._seed = int(seed)
         self._size = int(size)
+        self._source = perception
         self._env = crafter.Env(
             area=AREA, view=VIEW, size=(self._size, self._size),
             reward=True, length=None, seed=self._seed)
@@ -304,6 +320,11 @@ class CrafterHarness:
     def seed(self) -> int:
         """The world seed."""
         return self._seed
+
+    @property
+    def perception_source(self) -> str:
+        """``map`` or ``pixels``: where the live view and daylight come from."""
+        return self._source
 
     @property
     def size(self) -> int:
@@ -365,7 +386,7 @@ class CrafterHarness:
             achievements_unlocked=unlocked, step=perception.step)
 
     def respawn(self) -> Perception:
-        """Put a new player on the free walkable tile nearest to (32, 32) of the same world."""
+        """Put a new player on the free walkable tile nearest to :data:`SPAWN` of the same world."""
         self._require_started()
         if not self._dead:
             raise RuntimeError("respawn() is only allowed after the player died")
@@ -402,6 +423,12 @@ class CrafterHarness:
         image = np.ascontiguousarray(frame, dtype=np.uint8)
         image.setflags(write=False)
         inventory = player.inventory
+        if self._source == "pixels":
+            daylight = estimate_daylight(image)
+            local = tuple(tuple(column) for column in decode_frame(image, daylight))
+        else:
+            daylight = float(env._world.daylight)
+            local = _local_window(env._world, player.pos)
         perception = Perception(
             step=int(env._step),
             life=self._life,
@@ -411,8 +438,8 @@ class CrafterHarness:
             vitals={name: int(inventory[name]) for name in VITALS},
             inventory={name: int(inventory[name]) for name in ITEMS},
             achievements=frozenset(self._achievements),
-            local=_local_window(env._world, player.pos),
-            daylight=float(env._world.daylight),
+            local=local,
+            daylight=daylight,
             sleeping=bool(player.sleeping),
         )
         self._perception = perception

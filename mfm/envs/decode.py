@@ -80,6 +80,13 @@ def _textures() -> engine.Textures:
     return engine.Textures(constants.root / "assets")
 
 
+def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b.T`` for the small products of decoding (63 tiles by ~80 templates), computed by
+    numpy's own loop rather than BLAS: on a busy 2-core machine OpenBLAS's threads made each
+    decode about ten times slower than one thread (measured for issue 23)."""
+    return np.einsum("ij,kj->ik", a, b)
+
+
 def _blend(canvas: np.ndarray, texture: np.ndarray) -> np.ndarray:
     """Alpha-composite ``texture`` over ``canvas`` with crafter's float32 rounding."""
     if texture.shape[-1] != 4:
@@ -199,19 +206,19 @@ def _costs(
     count = pixels.shape[0]
     flat_pixels = pixels.reshape(count, -1)
     flat_mean = mean.reshape(mean.shape[0], -1)
-    cost = (flat_mean ** 2).sum(1)[None, :] - 2 * flat_pixels @ flat_mean.T
+    cost = (flat_mean ** 2).sum(1)[None, :] - 2 * _mm(flat_pixels, flat_mean)
     if amount <= 0:
         return cost
     m = amount * tpl.vignette
     channels = pixels.shape[-1]
     sigma2 = (scale * m) ** 2
     w = sigma2 / (_BASE_STD ** 2 + channels * sigma2)
-    cost -= 2 * (m[..., None] * pixels).reshape(count, -1) @ offset.reshape(len(offset), -1).T
-    cost += 2 * m @ (mean * offset).sum(-1).T + (m * m) @ (offset * offset).sum(-1).T
+    cost -= 2 * _mm((m[..., None] * pixels).reshape(count, -1), offset.reshape(len(offset), -1))
+    cost += 2 * _mm(m, (mean * offset).sum(-1)) + _mm(m * m, (offset * offset).sum(-1))
     g_pix, g_mean, g_off = pixels.sum(-1), mean.sum(-1), offset.sum(-1)
-    cost -= w @ (g_mean * g_mean).T + (w * m * m) @ (g_off * g_off).T
-    cost += 2 * (w * g_pix) @ g_mean.T + 2 * (w * m * g_pix) @ g_off.T
-    cost -= 2 * (w * m) @ (g_mean * g_off).T
+    cost -= _mm(w, g_mean * g_mean) + _mm(w * m * m, g_off * g_off)
+    cost += 2 * _mm(w * g_pix, g_mean) + 2 * _mm(w * m * g_pix, g_off)
+    cost -= 2 * _mm(w * m, g_mean * g_off)
     return cost
 
 
@@ -231,9 +238,9 @@ def _estimate_daylight(pixels: np.ndarray, tpl: _Templates, sleeping: bool) -> f
     base = night.reshape(k, -1)
     obs = centre.reshape(len(centre), -1)
     dd = (diff * diff).sum(1)
-    proj = obs @ diff.T - (base * diff).sum(1)[None, :]
+    proj = _mm(obs, diff) - (base * diff).sum(1)[None, :]
     d = np.clip(proj / np.maximum(dd, 1e-9)[None, :], 0.0, 1.0)
-    dist0 = (obs * obs).sum(1)[:, None] - 2 * obs @ base.T + (base * base).sum(1)[None, :]
+    dist0 = (obs * obs).sum(1)[:, None] - 2 * _mm(obs, base) + (base * base).sum(1)[None, :]
     resid = dist0 - 2 * d * proj + d * d * dd[None, :]
     best = resid.argmin(1)
     return float(np.median(d[np.arange(len(centre)), best]))

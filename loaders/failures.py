@@ -1,0 +1,152 @@
+"""The failure finder: every failed or interrupted action and every death of a run, with what
+was attempted (action, material, target cell), why it stopped, and the frames around it.
+Plain functions over a run, no Streamlit.
+
+An episode's summary starts with its call, ``collect(material=stone, x=23, y=35) ->
+interrupted: died (arrow); …``: the action, its arguments and the reason are read from it
+(``action.json`` holds the same arguments). A death is taken from ``lives.jsonl`` with its
+cause; it joins the row of the episode it ended, or stands alone when no episode is named.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from loaders.frame_compare import outline_tiles, tile_of_cell
+from loaders.run import Run
+from loaders.turns import position
+
+COLUMNS = ["episode", "life", "first_step", "last_step", "step", "action", "material", "target_x", "target_y",
+           "outcome", "cause", "turn", "frames", "summary"]
+OUTCOMES = ("failed", "interrupted", "death")
+CALL = re.compile(r"^\s*([A-Za-z_][\w]*)\((.*?)\)\s*->\s*(\w+)(?::\s*([^;]*))?")
+ARG = re.compile(r"(\w+)=([^,]+)")
+CELL = re.compile(r"\(-?\d+, -?\d+\)")
+MATERIAL_ARGS = ("material", "item", "name", "target", "what", "tool")
+
+
+def parse_call(summary: str) -> tuple[str | None, dict[str, str], str | None, str | None]:
+    """``(action, args, outcome, reason)`` from an episode summary (None where absent)."""
+    m = CALL.match(summary or "")
+    if not m:
+        return None, {}, None, None
+    args = {k: v.strip() for k, v in ARG.findall(m.group(2))}
+    return m.group(1), args, m.group(3), (m.group(4) or "").strip() or None
+
+
+def cause_of(reason: str | None) -> str:
+    """A reason with its cells taken out, so that like failures group: ``no tree at (x, y)
+    (grass)``."""
+    return CELL.sub("(x, y)", reason).strip() if reason else "unknown"
+
+
+def _num(v: str | None) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def failures(run: Run) -> pd.DataFrame:
+    """Every failed or interrupted episode and every death: columns :data:`COLUMNS`.
+
+    ``step`` is the step it failed at (the episode's last step, or the death's);
+    ``outcome`` is ``death`` when the episode ended in one, else its outcome; ``cause`` the
+    death's cause (``died (arrow)``) or the reason of the summary without cells; ``action``
+    the atom or procedure called and ``material`` its material or item argument."""
+    deaths = [e for e in run.records("lives.jsonl") if e.event == "death"]
+    by_ep = {e.episode: e for e in deaths if e.episode}
+    rows = []
+    seen: set[str] = set()
+    for r in run.records("index.jsonl"):
+        death = by_ep.get(r.id)
+        if r.outcome not in ("failed", "interrupted") and death is None:
+            continue
+        action, args, outcome, reason = parse_call(r.summary)
+        material = next((args[k] for k in MATERIAL_ARGS if k in args), None)
+        cause = f"died ({death.cause or 'unknown'})" if death else cause_of(reason)
+        rows.append((r.id, r.life, r.first_step, r.last_step, death.step if death else r.last_step,
+                     r.action_kind or action, material, _num(args.get("x")), _num(args.get("y")),
+                     "death" if death else r.outcome, cause, r.turn, r.frames, r.summary))
+        seen.add(r.id)
+    for e in deaths:
+        if e.episode in seen:
+            continue
+        ref = run.index.episode_at(e.step) if e.episode is None else run.episode(e.episode)
+        rows.append((ref.id if ref else None, e.life, ref.first_step if ref else e.step, e.step, e.step,
+                     ref.action_kind if ref else None, None, None, None, "death", f"died ({e.cause or 'unknown'})",
+                     ref.turn if ref else None, ref.frames if ref else 0, ref.summary if ref else ""))
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df["material"] = df["material"].fillna("")
+    df["action"] = df["action"].fillna("")
+    for c in ("target_x", "target_y", "turn"):
+        df[c] = df[c].astype("Int64")
+    return df.sort_values(["step", "life"], kind="stable", ignore_index=True)
+
+
+def filter_failures(df: pd.DataFrame, actions: list[str] | None = None, materials: list[str] | None = None,
+                    outcomes: list[str] | None = None, causes: list[str] | None = None,
+                    lives: list[int] | None = None, steps: tuple[int, int] | None = None) -> pd.DataFrame:
+    """The rows of :func:`failures` matching every given filter (None or empty: no filter)."""
+    keep = pd.Series(True, index=df.index)
+    for col, values in (("action", actions), ("material", materials), ("outcome", outcomes), ("cause", causes),
+                        ("life", lives)):
+        if values:
+            keep &= df[col].isin(list(values))
+    if steps is not None:
+        keep &= (df["step"] >= steps[0]) & (df["step"] <= steps[1])
+    return df[keep].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class StripFrame:
+    """One frame of a filmstrip: its step, the player's cell, the target's tile in it (None:
+    no target, or outside the view) and its role (``before``: the last frame before the
+    failure step, ``after``: the frame of the failure step, else empty)."""
+
+    step: int
+    position: tuple[int, int] | None
+    target_tile: tuple[int, int] | None
+    role: str
+
+
+def filmstrip(run: Run, episode: str, target: tuple[int, int] | None, fail_step: int | None = None
+              ) -> list[StripFrame]:
+    """Every stored frame of an episode, oldest first, with the target tile and roles. The
+    failure happens at ``fail_step`` (default the episode's last step): its frame is ``after``
+    and the frame of the step before it, in the same life, ``before`` (for an episode with no
+    frame of its own, the previous step's frame is shown alone)."""
+    ref = run.episode(episode)
+    if ref is None:
+        raise KeyError(f"{run.name}: no episode {episode}")
+    fail = ref.last_step if fail_step is None else fail_step
+    steps = [ref.first_step + 1 + i for i in range(ref.frames)]
+    if not steps and ref.first_step >= 1:
+        prev = run.index.episode_at(ref.first_step)
+        if prev is not None and prev.life == ref.life and prev.frames:
+            steps = [ref.first_step]
+    out = []
+    for s in steps:
+        pos = position(run, s, ref.life)
+        cell = (int(pos[0]), int(pos[1])) if pos else None
+        tile = tile_of_cell(target, cell) if target is not None and cell is not None else None
+        role = "after" if s == fail and s > ref.first_step else "before" if s == fail - 1 or (
+            s == fail and s == ref.first_step) else ""
+        out.append(StripFrame(s, cell, tile, role))
+    return out
+
+
+def strip_image(frame: np.ndarray, sf: StripFrame, factor: int = 3) -> np.ndarray:
+    """A filmstrip frame enlarged ``factor`` times with its target tile outlined (yellow,
+    ``factor // 2`` pixels wide)."""
+    return outline_tiles(frame, [sf.target_tile] if sf.target_tile else [], factor=factor, width=max(1, factor // 2))
+
+
+def around(strip: list[StripFrame]) -> tuple[int | None, int | None]:
+    """The steps of the ``before`` and ``after`` frames of a filmstrip (None: absent)."""
+    before = next((f.step for f in strip if f.role == "before"), None)
+    after = next((f.step for f in strip if f.role == "after"), None)
+    return before, after

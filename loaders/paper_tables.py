@@ -1,0 +1,133 @@
+"""The paper's tables (Table 2 milestones per method, Table 4 the mfm ablations, A.4
+retargeting, the interaction counts and the reach of retrieval) as tables of display cells,
+written once and rendered three ways: Markdown (``mfm results``), LaTeX with booktabs rules
+and CSV (``mfm figures``, beside the figures). The numbers come from
+:mod:`loaders.paper_measures`; each cell here is only their formatting.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Sequence
+
+import pandas as pd
+
+from loaders.paper_measures import RADIUS, RunMeasures, interaction_table, milestone_table, reach_table, \
+    retarget_table, seed_label
+
+
+def _f(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def _pct(v: float) -> str:
+    return "-" if math.isnan(v) else f"{100 * v:.0f}%"
+
+
+def _of(rate: float, n: int, what: str) -> str:
+    return f"{_pct(rate)} of {n}" if n else f"n/a (0 {what})"
+
+
+def _seeds(d: dict) -> str:
+    return ", ".join(f"{seed_label(k)}: {'-' if v is None else v}" for k, v in d.items())
+
+
+def milestones(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Milestones reached per method (Table 2; Table 4 for ablations): mean ± std over seeds."""
+    t = milestone_table(ms)
+    if t.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "method": t["method"], "seeds": t["seeds"],
+        "milestones (mean ± std)": [f"{_f(m)} ± {_f(s)} of {o}" if n > 1 else f"{_f(m)} of {o} (single run)"
+                                    for m, s, o, n in zip(t["mean"], t["std"], t["of"], t["seeds"])],
+        "per seed": [_seeds(d) for d in t["per_seed"]],
+        "diamond at step": [_seeds(d) for d in t["diamond_step"]],
+        "steps used": [_seeds(d) for d in t["steps"]],
+        "deaths (all seeds)": t["deaths"]})
+
+
+def retargeting(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Retargeting after inspection (A.4), pooled over seeds."""
+    t = retarget_table(ms)
+    if t.empty:
+        return pd.DataFrame()
+    seeds = {m: sum(1 for r in ms if r.method == m) for m in t["method"]}
+    return pd.DataFrame({
+        "method": t["method"], "seeds": [seeds[m] for m in t["method"]],
+        "retarget rate, inspecting turns": [_of(r, n, "turns") for r, n in zip(t["inspect_retarget_rate"],
+                                                                             t["inspect_turns"])],
+        "retarget rate, other turns": [_of(r, n, "turns") for r, n in zip(t["other_retarget_rate"], t["other_turns"])],
+        f"new targets within {RADIUS:g} of an inspected episode": [
+            f"{a}/{n} ({_pct(a / n)})" if n else "n/a (0 targets)" for a, n in zip(t["near"], t["new_targets"])],
+        "null rate": [_pct(v) if not math.isnan(v) else "n/a" for v in t["null_rate"]]})
+
+
+def interaction(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Env steps per turn, model and tool calls per milestone, pooled over seeds."""
+    t = interaction_table(ms)
+    if t.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "method": t["method"], "env steps": t["steps"], "turns (model calls)": t["turns"],
+        "env steps/turn": [_f(v, 2) for v in t["steps_per_turn"]],
+        "model calls/milestone": [_f(v) for v in t["model_calls_per_milestone"]],
+        "tool calls": t["tool_calls"], "tool calls/milestone": [_f(v) for v in t["tool_calls_per_milestone"]],
+        "tool calls by tool": [", ".join(f"{k} {v}" for k, v in d.items()) or "-" for d in t["calls_by_tool"]]})
+
+
+def reach(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """How far back retrieval reaches: the age of retrieved episodes, pooled over seeds."""
+    t = reach_table(ms)
+    if t.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "method": t["method"], "retrieved by": t["tool"], "episodes retrieved": t["episodes"],
+        "median age (steps)": [_f(v, 0) for v in t["median"]], "90th percentile": [_f(v, 0) for v in t["p90"]],
+        "max": t["max"], "share older than 1,000 steps": [_pct(v) for v in t["over_1000"]]})
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    """A Markdown table (pipes in cells escaped)."""
+    def cell(v: object) -> str:
+        return str(v).replace("|", "\\|")
+
+    head = "| " + " | ".join(map(cell, df.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    return "\n".join([head, rule] + ["| " + " | ".join(map(cell, row)) + " |" for row in df.itertuples(index=False)])
+
+
+_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+          "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "≈": r"$\approx$"}
+_LATEX_RE = re.compile("|".join(re.escape(k) for k in _LATEX))
+
+
+def latex_escape(text: object) -> str:
+    """Text as LaTeX source that prints it literally."""
+    return _LATEX_RE.sub(lambda m: _LATEX[m.group(0)], str(text))
+
+
+def to_latex(df: pd.DataFrame, caption: str, label: str) -> str:
+    """A ``table`` with a booktabs ``tabular`` (needs ``\\usepackage{booktabs}``): numbers and
+    counts right-aligned, text left-aligned, every cell escaped."""
+    align = "".join("r" if pd.api.types.is_numeric_dtype(df[c]) else "l" for c in df.columns)
+    rows = [" & ".join(latex_escape(v) for v in row) + r" \\" for row in df.itertuples(index=False)]
+    return "\n".join([r"\begin{table}[t]", r"\centering", r"\small",
+                      rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
+                      rf"\begin{{tabular}}{{{align}}}", r"\toprule",
+                      " & ".join(latex_escape(c) for c in df.columns) + r" \\", r"\midrule", *rows,
+                      r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
+
+
+def tables(ms: Sequence[RunMeasures]) -> list[tuple[str, str, pd.DataFrame]]:
+    """Every table that has rows, as ``(name, title, table)``: methods first, then the mfm
+    ablations (with the full mfm for reference) when there are any."""
+    base = [m for m in ms if " " not in m.method]
+    abl = [m for m in ms if m.method.startswith("mfm")]
+    out = [("milestones", "Milestones reached, per method (paper Table 2)", milestones(base)),
+           ("ablations", "Milestones reached, mfm ablations (paper Table 4)",
+            milestones(abl) if len({m.method for m in abl}) > 1 else pd.DataFrame()),
+           ("retargeting", f"Retargeting after inspection (paper A.4; radius {RADIUS:g} cells)", retargeting(ms)),
+           ("interaction", "Interaction: env steps per turn, model and tool calls per milestone", interaction(ms)),
+           ("reach", "How far back retrieval reaches (age of retrieved episodes)", reach(ms))]
+    return [(n, t, df) for n, t, df in out if len(df)]

@@ -1,0 +1,512 @@
+"""One decision of the policy in full, for the Turns page: what the agent had when the turn
+began (its frame, in the turn's own life), its state block and decision, the plan before and
+after, every tool call by kind (searches with the episodes they returned, inspections with the
+frames looked at and the tiles decoded, memory writes with their diffs, consolidations), the
+targets it named, the episodes it produced and, for a model-driven policy, its requests.
+Plain functions over a run, no Streamlit.
+
+Life-aware throughout: a step can belong to two lives (the step of a death is also the
+step of the respawn), so positions and frames are picked by step *and* life.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from loaders import run_pages
+from loaders.frame_compare import tile_of_cell
+from loaders.paper_measures import RADIUS, inspected
+from loaders.run import Run
+from mfm.memory.agent_memory import replay
+from mfm.schema import IndexRow, MemoryWrite, TurnRow
+
+FAILED_OUTCOMES = ("failed", "interrupted")
+NAV_KINDS = ("retarget", "failed", "death")
+"""The kinds of turn one can step through: those that name a target outside their plan, those
+that produced a failed or interrupted episode, those whose episode ended in a death."""
+
+
+@dataclass(frozen=True)
+class StartFrame:
+    """A frame of the turn's start: ``step`` (or ``episode``: its end observation) and what it is.
+    ``exact`` is False when the turn's own start frame is not stored and this is the nearest
+    frame of the same life."""
+
+    label: str
+    life: int
+    step: int | None = None
+    episode: str | None = None
+    exact: bool = True
+
+
+@dataclass(frozen=True)
+class Find:
+    """A tile decoded during an inspection: what, at which world cell, in which frame, and the
+    tile (col, row) that shows it in that frame (None: outside the view or position unknown)."""
+
+    name: str
+    x: int
+    y: int
+    step: int | None
+    tile: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class InspectedFrame:
+    """One frame an inspection decoded: its step, the player's cell then, and the finds in it."""
+
+    step: int
+    position: tuple[int, int] | None
+    finds: tuple[Find, ...]
+
+
+@dataclass(frozen=True)
+class WriteView:
+    """One logged write to ``mine/`` with the text before and after it."""
+
+    seq: int
+    path: str
+    op: str
+    author: str
+    reason: str
+    step: int
+    sources: tuple[str, ...]
+    diff: str
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CallView:
+    """One tool call of the turn, with what its kind needs to be shown.
+
+    search: ``query`` (its arguments) and ``ids`` (the episodes returned); inspect:
+    ``episode``, ``frames`` (the decoded frames and their finds) and ``finds``; write and
+    consolidate: ``writes`` (the logged writes it made) and, for consolidate, ``added``,
+    ``revised``, ``removed``; model: ``request`` (see :func:`loaders.run_pages.model_calls`)."""
+
+    index: int
+    tool: str
+    args: dict
+    result: dict
+    query: dict = field(default_factory=dict)
+    ids: tuple[str, ...] = ()
+    episode: str | None = None
+    frames: tuple[InspectedFrame, ...] = ()
+    finds: tuple[Find, ...] = ()
+    writes: tuple[WriteView, ...] = ()
+    added: tuple[str, ...] = ()
+    revised: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    request: dict | None = None
+
+
+@dataclass(frozen=True)
+class TargetView:
+    """A go_to/look_at target: ``in_plan`` as recorded; ``new`` when absent from the plan
+    (a retarget); ``near``: the nearest inspected episode whose recorded position lies within
+    ``RADIUS`` cells (None: none), ``distance`` to the nearest inspected episode; ``seen_in``:
+    the inspected episodes whose decoded tiles include the target cell."""
+
+    kind: str
+    x: float
+    y: float
+    in_plan: bool
+    new: bool
+    near: str | None
+    distance: float | None
+    seen_in: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    """An episode the turn produced, with its outcome and whether it ended in a death."""
+
+    id: str
+    action_kind: str | None
+    first_step: int
+    last_step: int
+    outcome: str | None
+    summary: str
+    tags: tuple[str, ...]
+    died: str | None
+
+
+@dataclass(frozen=True)
+class PlanLine:
+    """A line of the plan diff: ``-`` dropped, ``+`` added, `` `` kept."""
+
+    sign: str
+    x: Any
+    y: Any
+    label: str
+
+
+@dataclass(frozen=True)
+class TurnView:
+    """Everything about one turn (see the module docstring)."""
+
+    turn: int
+    life: int
+    first_step: int
+    last_step: int
+    policy: str
+    position: tuple[float, float] | None
+    start_frames: tuple[StartFrame, ...]
+    state_block: tuple[str, ...]
+    decision: str | None
+    plan: tuple[PlanLine, ...]
+    calls: tuple[CallView, ...]
+    targets: tuple[TargetView, ...]
+    episodes: tuple[EpisodeView, ...]
+    model: pd.DataFrame
+    usage: dict | None
+    latency_s: float | None
+    cost_usd: float | None
+    tokens: tuple[float | None, float | None]
+    other_writes: tuple[WriteView, ...] = ()
+
+    @property
+    def retargets(self) -> bool:
+        return any(t.new for t in self.targets)
+
+
+def _turn(run: Run, turn: int) -> TurnRow | None:
+    return next((t for t in run.records("turns.jsonl") if t.turn == turn), None)
+
+
+def turn_numbers(run: Run) -> list[int]:
+    """Every turn number of the run, in order."""
+    return sorted({t.turn for t in run.records("turns.jsonl")})
+
+
+def position(run: Run, step: int, life: int) -> tuple[float, float] | None:
+    """The player's cell after env ``step`` in ``life``: the step trace row of that step and
+    life, else that life's respawn at that step (``lives.jsonl``), else the end position of
+    that life's episode ending at that step, else the last earlier trace row of that life."""
+    st = run.steps()
+    if len(st):
+        hit = st[(st["step"] == step) & (st["life"] == life)]
+        if len(hit):
+            return float(hit["x"].iloc[0]), float(hit["y"].iloc[0])
+    for e in run.records("lives.jsonl"):
+        if e.event == "respawn" and e.life == life and e.step == step and e.x is not None:
+            return float(e.x), float(e.y)
+    for r in run.records("index.jsonl"):
+        if r.life == life and r.last_step == step and r.x is not None:
+            return float(r.x), float(r.y)
+    if len(st):
+        before = st[(st["step"] < step) & (st["life"] == life)]
+        if len(before):
+            row = before.iloc[int(before["step"].to_numpy().argmax())]
+            return float(row["x"]), float(row["y"])
+    return None
+
+
+def frame_position(run: Run, step: int | None = None, episode: str | None = None
+                   ) -> tuple[tuple[float, float], int] | None:
+    """The player's cell and life in a frame: the frame of env ``step`` (in the life of the
+    episode that owns it) or the end observation of ``episode``; None when not recorded."""
+    if episode is not None:
+        ref = run.episode(episode)
+        return ((float(ref.x), float(ref.y)), ref.life) if ref and ref.x is not None and ref.y is not None else None
+    if step is None:
+        return None
+    ref = _owner(run, step)
+    if ref is None:
+        ref = next((r for r in run.records("index.jsonl") if r.last_step == step), None)
+    if ref is None:
+        return None
+    pos = position(run, step, ref.life)
+    return (pos, ref.life) if pos else None
+
+
+def _owner(run: Run, step: int) -> IndexRow | None:
+    """The episode owning the per-step frame of ``step`` (None: no stored per-step frame)."""
+    ref = run.index.episode_at(step)
+    return ref if ref is not None and ref.frames and step - ref.first_step <= ref.frames else None
+
+
+def start_frames(run: Run, step: int, life: int) -> tuple[StartFrame, ...]:
+    """The frame the agent had at env ``step`` in ``life``.
+
+    The frame of a step is owned by one episode, of one life; when that is another life (the
+    step of a death is the respawn step of the next life) or no frame is stored, the life's
+    start observation is used (its initial episode), or else the first frame of the life after
+    ``step``, marked as not exact."""
+    ref = _owner(run, step)
+    if ref is not None and ref.life == life:
+        return (StartFrame(f"step {step} · life {life}", life, step=step),)
+    for r in run.records("index.jsonl"):
+        if r.kind == "initial" and r.life == life and r.last_step == step:
+            return (StartFrame(f"start of life {life} (step {step})", life, episode=r.id),)
+    why = (f"the frame of step {step} belongs to life {ref.life}" if ref is not None
+           else f"no frame of step {step} is stored")
+    st = run.steps()
+    later = st[(st["life"] == life) & (st["step"] > step)] if len(st) else st
+    if len(later):
+        s = int(later["step"].min())
+        if _owner(run, s) is not None:
+            return (StartFrame(f"step {s} · life {life}: first frame of life {life} after step {step} "
+                               f"({why})", life, step=s, exact=False),)
+    return ()
+
+
+def _state_block(note: str | None) -> tuple[tuple[str, ...], str | None]:
+    lines = tuple(line for line in (note or "").splitlines() if line.strip())
+    decision = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("decision:")), None)
+    return tuple(line for line in lines if not line.startswith("decision:")), decision
+
+
+def plan_diff(before: tuple[dict, ...], after: tuple[dict, ...]) -> tuple[PlanLine, ...]:
+    """The plan before → after as a line diff of ``(x, y) label`` entries."""
+    def key(p: dict) -> str:
+        return f"({p.get('x')}, {p.get('y')}) {p.get('label', '')}"
+
+    a, b = [key(p) for p in before], [key(p) for p in after]
+    out: list[PlanLine] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            out += [PlanLine(" ", p.get("x"), p.get("y"), str(p.get("label", ""))) for p in before[i1:i2]]
+            continue
+        out += [PlanLine("-", p.get("x"), p.get("y"), str(p.get("label", ""))) for p in before[i1:i2]]
+        out += [PlanLine("+", p.get("x"), p.get("y"), str(p.get("label", ""))) for p in after[j1:j2]]
+    return tuple(out)
+
+
+def write_view(w: MemoryWrite, before: str | None, after: str | None) -> WriteView:
+    """A logged write with the unified diff of its file."""
+    a = (before or "").splitlines(keepends=True)
+    b = (after or "").splitlines(keepends=True)
+    diff = "".join(difflib.unified_diff(a, b, fromfile=f"{w.path} before write {w.seq}",
+                                        tofile=f"{w.path} after write {w.seq}"))
+    added, removed = [], []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op != "equal":
+            removed += [x.rstrip("\n") for x in a[i1:i2]]
+            added += [x.rstrip("\n") for x in b[j1:j2]]
+    return WriteView(w.seq, w.path, w.op, w.author, w.reason, w.step, tuple(w.sources), diff, tuple(added),
+                     tuple(removed))
+
+
+def turn_writes(run: Run, turn: int) -> list[WriteView]:
+    """The logged writes of one turn with their diffs, in log order."""
+    out = []
+    for v in replay(run.records("memory_writes.jsonl")):
+        if v.write.turn == turn:
+            out.append(write_view(v.write, v.before, v.after))
+    return out
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _finds(run: Run, ref: IndexRow | None, found: list) -> tuple[tuple[Find, ...], tuple[InspectedFrame, ...]]:
+    finds = []
+    for f in found:
+        if not isinstance(f, dict) or _int(f.get("x")) is None or _int(f.get("y")) is None:
+            continue
+        s = _int(f.get("step"))
+        pos = position(run, s, ref.life) if s is not None and ref is not None else None
+        tile = tile_of_cell((int(f["x"]), int(f["y"])), (int(pos[0]), int(pos[1]))) if pos else None
+        finds.append(Find(str(f.get("name", "?")), int(f["x"]), int(f["y"]), s, tile))
+    frames = []
+    for s in sorted({f.step for f in finds if f.step is not None}):
+        pos = position(run, s, ref.life) if ref is not None else None
+        frames.append(InspectedFrame(s, (int(pos[0]), int(pos[1])) if pos else None,
+                                     tuple(f for f in finds if f.step == s)))
+    return tuple(finds), tuple(frames)
+
+
+def inspected_steps(ref: IndexRow, frames: int | None, stride: int | None) -> list[int]:
+    """The steps an inspection decoded: every ``stride``-th stored frame from the last,
+    ``frames`` of them (the agent's ``MemoryTools.inspect``)."""
+    if not ref.frames:
+        return []
+    stride = max(1, stride or 1)
+    idx = list(range(ref.frames - 1, -1, -stride))
+    if frames is not None:
+        idx = idx[:max(0, frames)]
+    return [ref.first_step + 1 + i for i in idx]
+
+
+def _calls(run: Run, t: TurnRow, writes: list[WriteView]) -> tuple[tuple[CallView, ...], tuple[WriteView, ...]]:
+    requests = run_pages.model_calls(run.turns(), t.turn)
+    reqs = iter(requests.to_dict("records"))
+    claimed: set[int] = set()
+    by_seq = {w.seq: w for w in writes}
+    plans: list[list[WriteView]] = []
+    for c in t.calls:
+        res = c.get("result") if isinstance(c.get("result"), dict) else {}
+        args = c.get("args") if isinstance(c.get("args"), dict) else {}
+        mine: list[WriteView] = []
+        if c.get("tool") == "write":
+            seq = _int(res.get("seq"))
+            if seq in by_seq and seq not in claimed:
+                mine = [by_seq[seq]]
+            else:
+                mine = [w for w in writes if w.path == args.get("path") and w.seq not in claimed][:1]
+            claimed |= {w.seq for w in mine}
+        plans.append(mine)
+    out = []
+    for i, (c, mine) in enumerate(zip(t.calls, plans)):
+        tool = str(c.get("tool"))
+        res = c.get("result") if isinstance(c.get("result"), dict) else {}
+        args = c.get("args") if isinstance(c.get("args"), dict) else {}
+        kw: dict[str, Any] = {}
+        if tool == "search":
+            ids = res.get("ids") or res.get("episodes") or res.get("results") or []
+            kw = {"query": args, "ids": tuple(str(x) for x in ids if isinstance(x, str))}
+        elif tool == "inspect":
+            ep = args.get("episode") or args.get("id")
+            ref = run.episode(str(ep)) if ep else None
+            finds, frames = _finds(run, ref, list(res.get("found") or []))
+            looked = inspected_steps(ref, _int(args.get("frames")), _int(args.get("stride"))) if ref else []
+            seen = {f.step for f in frames}
+            pos_of = {s: position(run, s, ref.life) for s in looked if s not in seen} if ref else {}
+            frames = tuple(sorted(frames + tuple(
+                InspectedFrame(s, (int(p[0]), int(p[1])) if p else None, ()) for s, p in pos_of.items()),
+                key=lambda f: f.step))
+            kw = {"episode": str(ep) if ep else None, "finds": finds, "frames": frames}
+        elif tool in ("consolidate", "write"):
+            if tool == "consolidate":
+                mine = [w for w in writes if w.seq not in claimed]
+                claimed |= {w.seq for w in mine}
+            kw = {k: tuple(map(str, res.get(k) or ())) for k in ("added", "revised", "removed")}
+        elif tool == "model":
+            kw = {"request": next(reqs, None)}
+        out.append(CallView(i, tool, args, res, writes=tuple(mine), **kw))
+    return tuple(out), tuple(w for w in writes if w.seq not in claimed)
+
+
+def _targets(run: Run, t: TurnRow, calls: tuple[CallView, ...], radius: float) -> tuple[TargetView, ...]:
+    looked = [run.episode(e) for e in inspected(t)]
+    looked = [r for r in looked if r is not None and r.x is not None and r.y is not None]
+    out = []
+    for g in t.targets:
+        try:
+            x, y = float(g["x"]), float(g["y"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        dists = sorted((math.hypot(x - float(r.x), y - float(r.y)), r.id) for r in looked)
+        seen = tuple(dict.fromkeys(c.episode for c in calls if c.tool == "inspect" and c.episode and any(
+            (f.x, f.y) == (x, y) for f in c.finds)))
+        near = dists[0][1] if dists and dists[0][0] <= radius else None
+        out.append(TargetView(str(g.get("kind", "?")), x, y, bool(g.get("in_plan", False)),
+                              not g.get("in_plan", False), near, round(dists[0][0], 1) if dists else None, seen))
+    return tuple(out)
+
+
+def _deaths(run: Run) -> dict[str, str]:
+    return {str(e.episode): str(e.cause or "unknown") for e in run.records("lives.jsonl")
+            if e.event == "death" and e.episode}
+
+
+def _episodes(run: Run, t: TurnRow) -> tuple[EpisodeView, ...]:
+    deaths = _deaths(run)
+    out = []
+    for e in t.episodes:
+        r = run.episode(e)
+        if r is None:
+            continue
+        died = deaths.get(r.id) or ("unknown" if "died" in r.tags else None)
+        out.append(EpisodeView(r.id, r.action_kind, r.first_step, r.last_step, r.outcome, r.summary, tuple(r.tags),
+                               died))
+    return tuple(out)
+
+
+def turn_view(run: Run, turn: int, radius: float = RADIUS) -> TurnView | None:
+    """The view of turn number ``turn``, or None if the run has no such turn."""
+    t = _turn(run, turn)
+    if t is None:
+        return None
+    state, decision = _state_block(t.note)
+    calls, other = _calls(run, t, turn_writes(run, turn))
+    model = run_pages.model_calls(run.turns(), turn)
+    usage = dict(t.usage) if isinstance(t.usage, dict) else None
+
+    def total(col: str) -> float | None:
+        return float(model[col].sum()) if len(model) and model[col].notna().any() else None
+
+    tokens = (total("prompt_tokens"), total("completion_tokens"))
+    if usage and tokens == (None, None):
+        tokens = (_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")))
+    cost = total("cost_usd")
+    if cost is None and usage and isinstance(usage.get("cost_usd"), (int, float)):
+        cost = float(usage["cost_usd"])
+    return TurnView(t.turn, t.life, t.first_step, t.last_step, t.policy, position(run, t.first_step, t.life),
+                    start_frames(run, t.first_step, t.life), state, decision,
+                    plan_diff(tuple(t.plan_before), tuple(t.plan_after)), calls, _targets(run, t, calls, radius),
+                    _episodes(run, t), model, usage, t.latency_s if t.latency_s is not None else total("latency_s"),
+                    cost, tokens, other)
+
+
+def find_caption(finds: tuple[Find, ...], targets: set[tuple[float, float]], per_name: int = 3) -> str:
+    """The finds of one frame in words: finds on a target cell first (``[target]``), then per
+    name each find with its tile, or a count when a name has more than ``per_name``."""
+    def one(f: Find) -> str:
+        return f"{f.name} ({f.x}, {f.y})" + (f" at tile {f.tile}" if f.tile else "")
+
+    on_target = [f for f in finds if (f.x, f.y) in targets]
+    parts = [one(f) + " [target]" for f in on_target]
+    rest = [f for f in finds if f not in on_target]
+    for name in dict.fromkeys(f.name for f in rest):
+        group = [f for f in rest if f.name == name]
+        parts += [one(f) for f in group] if len(group) <= per_name else [f"{name} ×{len(group)}"]
+    return "; ".join(parts)
+
+
+def turn_kinds(run: Run) -> pd.DataFrame:
+    """One row per turn: ``turn, life, first_step, retarget, failed, death`` (see :data:`NAV_KINDS`)."""
+    deaths = _deaths(run)
+    rows = []
+    for t in sorted(run.records("turns.jsonl"), key=lambda x: x.turn):
+        eps = [run.episode(e) for e in t.episodes]
+        eps = [r for r in eps if r is not None]
+        rows.append((t.turn, t.life, t.first_step, any(not g.get("in_plan", False) for g in t.targets),
+                     any(r.outcome in FAILED_OUTCOMES for r in eps),
+                     any(r.id in deaths or "died" in r.tags for r in eps)))
+    return pd.DataFrame(rows, columns=["turn", "life", "first_step", "retarget", "failed", "death"])
+
+
+@dataclass(frozen=True)
+class TurnNav:
+    """Where to step from a turn: the previous and next turn, and per kind of
+    :data:`NAV_KINDS` the previous and next turn of that kind (None: none)."""
+
+    prev: int | None
+    next: int | None
+    kinds: dict[str, tuple[int | None, int | None]]
+
+
+def navigation(kinds: pd.DataFrame, turn: int) -> TurnNav:
+    """Previous / next turn of every kind around ``turn`` (``kinds`` from :func:`turn_kinds`)."""
+    nums = kinds["turn"].astype(int)
+    before, after = kinds[nums < turn], kinds[nums > turn]
+
+    def last(df: pd.DataFrame) -> int | None:
+        return int(df["turn"].iloc[-1]) if len(df) else None
+
+    def first(df: pd.DataFrame) -> int | None:
+        return int(df["turn"].iloc[0]) if len(df) else None
+
+    return TurnNav(last(before), first(after),
+                   {k: (last(before[before[k]]), first(after[after[k]])) for k in NAV_KINDS})
+
+
+def turn_at(run: Run, step: int, life: int | None = None) -> int | None:
+    """The turn whose steps cover env ``step`` (in ``life`` when given): ``first_step < step
+    <= last_step``, or the turn starting at ``step``."""
+    best = None
+    for t in run.records("turns.jsonl"):
+        if life is not None and t.life != life:
+            continue
+        if t.first_step < step <= t.last_step or t.first_step == step:
+            if best is None or t.first_step > best.first_step:
+                best = t
+    return best.turn if best else None

@@ -1,0 +1,234 @@
+"""Turns: one decision of the policy at a time, everything about it on one page."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import ui
+from dashboard.core import parse_int
+from loaders import turns as tv
+from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, outline_groups
+from loaders.run_pages import upscale
+from mfm.boundary import UnsafePath
+from mfm.memory.retrieval import FrameError
+
+NAV_LABELS = {"retarget": "retargeting turn", "failed": "failed turn", "death": "death"}
+
+_, focus = ui.sidebar(("turn",))
+key, run = ui.need_run(focus)
+st.title("Turns")
+st.caption("One decision at a time: what the agent had when the turn began, what it searched, inspected and "
+           "wrote, how its plan changed, which targets it chose and what came of them. Step through every turn, "
+           "or only the retargeting ones, the failed ones, the deaths.")
+ui.show_problems(key, run)
+numbers = ui.cached(tv.turn_numbers)(run)
+if not numbers:
+    st.info("This run recorded no turns (a foreign format, or a run that has not decided yet).")
+    st.stop()
+
+want = parse_int(ui.qp("turn"))
+if want is not None and want not in numbers:
+    st.warning(f"Turn {want} from the URL is not in {ui.md_code(key)}; showing turn {numbers[0]}.")
+kinds = ui.cached(tv.turn_kinds)(run)
+flags = {int(r.turn): [k for k in tv.NAV_KINDS if getattr(r, k)] for r in kinds.itertuples()}
+st.selectbox("Turn", numbers,
+             format_func=lambda t: f"turn {t}" + (f" · {', '.join(flags[t])}" if flags.get(t) else ""),
+             **ui.bound("w_turn", "turn", numbers[0], lambda v: t if (t := int(v)) in numbers else None, sync=True,
+                        keep=True))
+turn = int(st.session_state["w_turn"])
+nav = tv.navigation(kinds, turn)
+
+
+def _go(n: int) -> None:
+    ui.set_qp(turn=n)
+
+
+buttons = [("← previous turn", nav.prev), ("next turn →", nav.next)]
+for kind in tv.NAV_KINDS:
+    prev, nxt = nav.kinds[kind]
+    buttons += [(f"← previous {NAV_LABELS[kind]}", prev), (f"next {NAV_LABELS[kind]} →", nxt)]
+for start in range(0, len(buttons), 4):
+    for col, (label, n) in zip(st.columns(4), buttons[start:start + 4]):
+        col.button(label, key=f"nav_{label}", disabled=n is None, on_click=_go, args=(n,),
+                   help=None if n is None else f"turn {n}", width="stretch")
+
+v = ui.cached(tv.turn_view)(run, turn)
+if v is None:
+    st.error(f"Turn {turn} is not in {ui.md_code(key)}.")
+    st.stop()
+pos = f"({v.position[0]:g}, {v.position[1]:g})" if v.position else "unknown"
+st.subheader(f"Turn {v.turn} · life {v.life} · steps {v.first_step}–{v.last_step}")
+st.markdown(f"**Position** {pos} in life {v.life} · **policy** {ui.md_code(v.policy)}"
+            + (" · **retargets**" if v.retargets else ""))
+
+
+def _num(v: object, spec: str, unit: str = "") -> str:
+    """A number of a model request as text ("—" when not recorded)."""
+    return "—" if not isinstance(v, (int, float)) or pd.isna(v) else f"{unit}{v:{spec}}"
+
+
+def _frame(step: int | None = None, episode: str | None = None):
+    return ui.frame(run, step=step, episode=episode)
+
+
+left, right = st.columns([2, 3])
+with left:
+    st.markdown("**What the agent had when the turn began**")
+    if not v.start_frames:
+        st.caption("No frame of this life is stored for the turn's start.")
+    for sf in v.start_frames:
+        try:
+            img = upscale(_frame(sf.step, sf.episode), 256)
+            left.image(img, width=img.shape[1], caption=ui.md(sf.label), output_format="PNG")
+        except (FrameError, UnsafePath) as e:
+            st.error(f"{ui.md(sf.label)}: {ui.md(e)}")
+        if not sf.exact:
+            st.caption("The turn's own start frame is not stored; this is the nearest frame of the same life.")
+with right:
+    st.markdown("**State block**")
+    st.code("\n".join(v.state_block) or "(no state recorded)", language=None, wrap_lines=True)
+    st.markdown(f"**Decision** {ui.md(v.decision) if v.decision else '—'}")
+    st.markdown("**Plan before → after**")
+    if v.plan:
+        st.code("\n".join(f"{p.sign} ({p.x}, {p.y}) {p.label}" for p in v.plan), language="diff")
+    else:
+        st.caption("No plan before or after.")
+
+if v.model is not None and len(v.model):
+    st.markdown("**Model**")
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("tokens in", "—" if v.tokens[0] is None else f"{v.tokens[0]:,.0f}")
+    m2.metric("tokens out", "—" if v.tokens[1] is None else f"{v.tokens[1]:,.0f}")
+    m3.metric("latency", "—" if v.latency_s is None else f"{v.latency_s:.2f} s")
+    m4.metric("cost", "—" if v.cost_usd is None else f"${v.cost_usd:.4f}")
+
+st.markdown(f"### Tool calls ({len(v.calls)})")
+
+
+def _thumbs(ids: tuple[str, ...]) -> None:
+    imgs, caps, missing = [], [], []
+    for e in ids:
+        try:
+            imgs.append(upscale(_frame(episode=e), 96))
+            caps.append(ui.md(e))
+        except (FrameError, UnsafePath, KeyError):
+            missing.append(e)
+    if imgs:
+        st.image(imgs, width=imgs[0].shape[1], caption=caps, output_format="PNG")
+    if missing:
+        st.caption("No frame for " + ", ".join(ui.md(e) for e in missing))
+
+
+def _write(w: tv.WriteView) -> None:
+    st.markdown(f"write {w.seq} · {ui.md_code(w.path)} · {ui.md(w.op)} by {ui.md(w.author)} at step {w.step} — "
+                f"{ui.md(w.reason)}" + (f" · sources {ui.md(', '.join(w.sources))}" if w.sources else ""))
+    st.code(w.diff or "(no textual change)", language="diff")
+    st.page_link(ui.pages()["memory"], label=f"Open {ui.md(w.path)} as of step {w.step} in Memory",
+                 icon=":material/description:",
+                 query_params=ui.link_params(file=w.path, asof=w.step))
+
+
+target_cells = {(t.x, t.y) for t in v.targets}
+for c in v.calls:
+    title = f"{c.index + 1}. {c.tool}"
+    if c.tool == "search":
+        with st.container(border=True):
+            st.markdown(f"**{ui.md(title)}** · {len(c.ids)} episode(s) returned")
+            st.code(json.dumps(c.query, sort_keys=True), language="json")
+            _thumbs(c.ids)
+    elif c.tool == "inspect":
+        found = sorted({f"{f.name} ({f.x}, {f.y})" for f in c.finds})
+        on_target = sorted({f"{f.name} ({f.x}, {f.y})" for f in c.finds if (f.x, f.y) in target_cells})
+        label = (f"{title} {c.episode or '?'} · {len(c.frames)} frame(s) decoded · {len(c.finds)} find(s)"
+                 + (f" · saw the target: {', '.join(on_target)}" if on_target else ""))
+        with st.expander(ui.md(label), expanded=bool(on_target)):
+            imgs, caps = [], []
+            shown_frames = [fr for fr in c.frames if fr.finds or len(c.frames) <= 8]
+            quiet = [fr.step for fr in c.frames if fr not in shown_frames]
+            for fr in shown_frames:
+                try:
+                    img = _frame(fr.step)
+                except (FrameError, UnsafePath) as e:
+                    st.caption(f"step {fr.step}: {ui.md(e)}")
+                    continue
+                hit = [f.tile for f in fr.finds if f.tile and (f.x, f.y) in target_cells]
+                other = [f.tile for f in fr.finds if f.tile and (f.x, f.y) not in target_cells]
+                imgs.append(outline_groups(img, [(other, FIND_OUTLINE), (hit, TARGET_OUTLINE)], factor=3, width=2))
+                caps.append(ui.md(f"{c.episode} · step {fr.step} · "
+                                  + (tv.find_caption(fr.finds, target_cells) or "nothing wanted")))
+            if imgs:
+                st.image(imgs, width=imgs[0].shape[1], caption=caps, output_format="PNG")
+            if quiet:
+                st.caption(f"{len(quiet)} more decoded frame(s) held nothing wanted: steps "
+                           + ", ".join(map(str, quiet)))
+            if found:
+                st.caption("Found: " + ui.md(", ".join(found), 1500))
+    elif c.tool in ("write", "consolidate"):
+        with st.container(border=True):
+            st.markdown(f"**{ui.md(title)}** {ui.md_code(c.args.get('path', '')) if c.args.get('path') else ''} "
+                        f"{ui.md(c.args.get('reason', ''))}")
+            for name, items in (("added", c.added), ("revised", c.revised), ("removed", c.removed)):
+                if items:
+                    st.markdown(f"{name}: " + ", ".join(ui.md_code(i) for i in items))
+            for w in c.writes:
+                _write(w)
+            if not c.writes:
+                st.caption("No logged write matches this call (nothing changed).")
+    elif c.tool == "model":
+        with st.container(border=True):
+            r = c.request or {}
+            st.markdown(f"**{ui.md(title)}** {ui.md_code(r.get('model') or c.args.get('model') or '?')} · "
+                        f"{ui.md(r.get('status', '?'))} · tokens in {_num(r.get('prompt_tokens'), ',.0f')} / out "
+                        f"{_num(r.get('completion_tokens'), ',.0f')} · {_num(r.get('latency_s'), '.2f')} s · "
+                        f"cost {_num(r.get('cost_usd'), '.4f', '$')}")
+            if c.args.get("prompt"):
+                with st.expander("Prompt"):
+                    st.code(str(c.args["prompt"]), language=None)
+            else:
+                st.caption(f"Prompt not recorded ({c.args.get('prompt_chars', '?')} characters, sha256 "
+                           f"{ui.md_code(str(c.args.get('prompt_sha256', '?'))[:16])}).")
+            reply = c.result.get("content") or ""
+            calls = "\n".join(f"{t.get('name')}({t.get('arguments', '')})" for t in c.result.get("tool_calls") or []
+                              if isinstance(t, dict))
+            st.code((reply + ("\n" if reply and calls else "") + calls) or str(c.result.get("error", "(empty reply)")),
+                    language=None)
+    else:
+        with st.container(border=True):
+            st.markdown(f"**{ui.md(title)}**")
+            st.code(json.dumps({"args": c.args, "result": c.result}, sort_keys=True, default=str)[:4000],
+                    language="json")
+for w in v.other_writes:
+    with st.container(border=True):
+        st.markdown("**Another write of this turn**")
+        _write(w)
+
+st.markdown("### Targets")
+if v.targets:
+    st.dataframe(pd.DataFrame([{
+        "kind": t.kind, "x": t.x, "y": t.y, "in plan": t.in_plan, "new (retarget)": t.new,
+        "near an inspected episode": t.near or "", "nearest (cells)": t.distance,
+        "seen in inspections of": ", ".join(t.seen_in)} for t in v.targets]), hide_index=True, width="stretch",
+        key="turn_targets")
+    for t in v.targets:
+        st.markdown(f"- {ui.md(t.kind)} ({t.x:g}, {t.y:g}): " + ("**new target**" if t.new else "in the plan")
+                    + (f", near {ui.md(t.near)} ({t.distance} cells)" if t.near else "")
+                    + (f", seen in {ui.md(', '.join(t.seen_in))}" if t.seen_in else ""))
+else:
+    st.caption("The turn named no go_to/look_at target.")
+
+st.markdown("### Episodes produced")
+if v.episodes:
+    st.dataframe(pd.DataFrame([{"episode": e.id, "action": e.action_kind, "steps": f"{e.first_step}–{e.last_step}",
+                                "outcome": e.outcome, "death": e.died or "", "summary": e.summary}
+                               for e in v.episodes]), hide_index=True, width="stretch", key="turn_episodes")
+    links = st.columns(min(4, len(v.episodes) * 2))
+    for i, e in enumerate(v.episodes[:2]):
+        links[2 * i].page_link(ui.pages()["timeline"], label=f"{ui.md(e.id)} in Timeline",
+                               icon=":material/view_timeline:", query_params=ui.link_params(ep=e.id))
+        if e.outcome in tv.FAILED_OUTCOMES or e.died:
+            links[2 * i + 1].page_link(ui.pages()["failures"], label=f"{ui.md(e.id)} in Failures",
+                                       icon=":material/report:", query_params=ui.link_params(ep=e.id))
+else:
+    st.caption("The turn produced no episode.")

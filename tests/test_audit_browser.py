@@ -1,0 +1,196 @@
+"""Auditing a turn and a failure in a real browser: `mfm dashboard sample_runs` driven by
+Playwright + headless Chromium. Every fact looked for is read from the run's raw files here
+(json, PIL), not from the loaders. Screenshots go to /tmp/audit_shots/."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import REPO
+from dash_browser import dashboard, needs_browser, no_exception, query, screenshot, settle, url
+from raw import jsonl, stored_frame
+
+pytestmark = [needs_browser, pytest.mark.slow]
+
+ROOT = REPO / "sample_runs"
+RUN = ROOT / "diamond_mfm_s2"
+KEY = RUN.name
+SHOTS = Path("/tmp/audit_shots")
+OUTLINE = (0, 230, 255)
+"""The outline of a decoded tile on a cell the turn chose as its target (cyan)."""
+FIND = (255, 220, 0)
+"""The outline of any other decoded tile (yellow)."""
+
+
+def rows(name: str) -> list[dict]:
+    return jsonl(RUN / name)
+
+
+def raw_frame(step: int) -> np.ndarray:
+    """The frame of env ``step``, decoded with PIL from its episode's WebP strip."""
+    return stored_frame(RUN, step)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with dashboard(ROOT, tmp_path_factory.mktemp("log")) as base:
+        yield base
+
+
+def shot(pg, name: str, tall: int = 2400) -> None:
+    """No Streamlit exception on the page, then a screenshot of its top ``tall`` pixels."""
+    settle(pg)
+    no_exception(pg)
+    screenshot(pg, SHOTS / f"{name}.png", tall)
+
+
+def see(pg, text: str) -> None:
+    pg.get_by_text(text, exact=False).filter(visible=True).first.wait_for(state="visible", timeout=60_000)
+
+
+def image_with_caption(pg, base: str, caption: str) -> np.ndarray:
+    """The pixels of the image whose caption contains ``caption``, as the browser got them."""
+    src = pg.evaluate("""(cap) => {
+        for (const c of document.querySelectorAll('[data-testid="stImageCaption"]')) {
+            if (c.innerText.includes(cap)) {
+                let box = c.parentElement;
+                while (box && !box.querySelector('img')) box = box.parentElement;
+                return box ? box.querySelector('img').getAttribute('src') : null;
+            }
+        }
+        return null;
+    }""", caption)
+    assert src, f"no image captioned {caption!r}"
+    body = pg.request.get(src if src.startswith("http") else base + src).body()
+    return np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))
+
+
+def code_texts(pg) -> str:
+    return "\n".join(pg.locator('[data-testid="stCode"]').all_inner_texts())
+
+
+def test_runs_path_is_a_page(server, page) -> None:
+    page.goto(url(server, "runs", runs=KEY))
+    settle(page)
+    see(page, "Milestones")
+    assert page.get_by_text("Page not found").count() == 0
+    shot(page, "runs_path", tall=1200)
+
+
+def test_turn_44_in_one_place(server, page) -> None:
+    turn = next(t for t in rows("turns.jsonl") if t["turn"] == 44)
+    life = turn["life"]
+    respawn = next(e for e in rows("lives.jsonl") if e["event"] == "respawn" and e["life"] == life)
+    assert respawn["step"] == turn["first_step"]
+    ids = next(c for c in turn["calls"] if c["tool"] == "search")["result"]["ids"]
+    insp = next(c for c in turn["calls"] if c["tool"] == "inspect" and c["args"]["episode"] == "ep_000042")
+    tree = next(f for f in insp["result"]["found"] if (f["name"], f["x"], f["y"]) == ("tree", 15, 29))
+    ep42 = next(r for r in rows("index.jsonl") if r["id"] == "ep_000042")
+    at = next(s for s in rows("steps.jsonl") if s["step"] == tree["step"] and s["life"] == ep42["life"])
+    col, row = tree["x"] - at["x"] + 4, tree["y"] - at["y"] + 3
+    write = next(w for w in rows("memory_writes.jsonl") if w["turn"] == 44 and w["path"] == "mine/GUIDE.md")
+    added = next(x for _, _, lines in write["diff"] for x in lines if "res:tree@15,29" in x).rstrip("\n")
+    target = next(g for g in turn["targets"] if not g["in_plan"])
+
+    page.goto(url(server, "turns", runs=KEY, turn="44"))
+    settle(page, timeout=120)
+    see(page, f"Turn 44 · life {life} · steps {turn['first_step']}–{turn['last_step']}")
+    see(page, f"({respawn['x']}, {respawn['y']}) in life {life}")
+    see(page, f"first frame of life {life} after step {turn['first_step']}")
+    see(page, f"search · {len(ids)} episode(s) returned")
+    captions = page.locator('[data-testid="stImageCaption"]').all_inner_texts()
+    assert sorted(c.strip() for c in captions if c.strip() in ids) == sorted(ids)
+    cap = f"ep_000042 · step {tree['step']}"
+    see(page, f"tree (15, 29) at tile ({col}, {row})")
+    img = image_with_caption(page, server, cap)
+    factor = img.shape[1] // 64
+    unit = (64 // 9) * factor
+    frame = raw_frame(tree["step"])
+    assert img.shape == (64 * factor, 64 * factor, 3)
+    assert tuple(img[row * unit, col * unit + unit // 2]) == OUTLINE
+    assert tuple(img[row * unit + unit // 2, col * unit]) == OUTLINE
+    expected = np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1)
+    plain = np.any(img != OUTLINE, axis=-1) & np.any(img != FIND, axis=-1)
+    assert plain.mean() > 0.8 and np.array_equal(img[plain], expected[plain])  # pixel-exact but for outlines
+    see(page, f"write {write['seq']} · mine/GUIDE.md")
+    assert "+" + added in code_texts(page)
+    see(page, f"{target['kind']} ({target['x']}, {target['y']}): new target")
+    shot(page, "turn_44", tall=5200)
+    assert query(page)["turn"] == "44"
+
+
+def _pick(pg, label: str, option: str) -> None:
+    box = pg.locator('[data-testid="stMultiSelect"]').filter(has_text=label).first
+    box.click()
+    pg.get_by_role("option", name=option, exact=True).first.click()
+    pg.keyboard.press("Escape")
+    settle(pg)
+
+
+def test_failure_finder_to_world_aligned_diff(server, page) -> None:
+    deaths = {e["episode"]: e for e in rows("lives.jsonl") if e["event"] == "death"}
+    failed = [r for r in rows("index.jsonl") if r.get("outcome") in ("failed", "interrupted") or r["id"] in deaths]
+    stone = [r for r in failed if r["id"] in deaths and r["action_kind"] == "collect"
+             and json.loads((RUN / r["path"] / "action.json").read_text())["args"].get("material") == "stone"]
+    assert [r["id"] for r in stone] == ["ep_000077"]
+    ep = stone[0]
+    death = deaths[ep["id"]]
+    before, after = death["step"] - 1, death["step"]
+
+    page.goto(url(server, "failures", runs=KEY))
+    settle(page, timeout=120)
+    see(page, f"{len(failed)} of {len(failed)} failures and deaths match")
+    _pick(page, "Action", "collect")
+    _pick(page, "Material", "stone")
+    _pick(page, "Outcome", "death")
+    see(page, f"1 of {len(failed)} failures and deaths match")
+    assert {k: query(page).get(k) for k in ("act", "mat", "outcome")} == {
+        "act": "collect", "mat": "stone", "outcome": "death"}
+    page.locator('[data-testid="stSelectbox"]').filter(has_text="Open the filmstrip of").first.click()
+    page.keyboard.type(ep["id"])
+    page.keyboard.press("Enter")
+    settle(page)
+    see(page, f"step {before} · LAST BEFORE")
+    see(page, f"step {after} · FAILURE STEP")
+    assert query(page)["ep"] == ep["id"]
+    captions = [c for c in page.locator('[data-testid="stImageCaption"]').all_inner_texts() if c.startswith("step ")]
+    assert len(captions) == ep["frames"]
+    shot(page, "failures_ep_000077", tall=1800)
+
+    page.get_by_text(f"Compare step {before} with step {after} in Frames (world-aligned)").first.click()
+    settle(page, timeout=120)
+    see(page, "Difference")
+    q = query(page)
+    assert q["frames"] == f"{KEY}:{before},{KEY}:{after}" and q["align"] == "1" and q["diff"] == "1"
+    steps = {s["step"]: s for s in rows("steps.jsonl")}
+    dx, dy = steps[before]["x"] - steps[after]["x"], steps[before]["y"] - steps[after]["y"]
+    a, b = raw_frame(before).astype(int), raw_frame(after).astype(int)
+    assert (dx, dy) == (0, 0)
+    changed = int((np.abs(a - b).max(axis=-1) > 8).sum())
+    differ = int((np.abs(a - b).max(axis=-1) > 0).sum())
+    see(page, f"{changed} px changed by more than 8 levels ({differ} differ at all)")
+    see(page, f"world-aligned, shifted {dx:+d}, {dy:+d} tiles")
+    shot(page, "frames_world_aligned_740_741", tall=2600)
+
+
+def test_retarget_map_labels_do_not_overlap(server, page) -> None:
+    turn = next(t for t in rows("turns.jsonl") if t["turn"] == 44)
+    inspected = {c["args"]["episode"] for c in turn["calls"] if c["tool"] == "inspect"}
+    page.goto(url(server, "retargeting", runs=KEY, turn="44"))
+    settle(page, timeout=120)
+    see(page, "Open turn 44 in Turns")
+    boxes = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot .textpoint text'))
+        .map(t => { const b = t.getBoundingClientRect();
+                    return [b.left, b.top, b.right, b.bottom, t.textContent]; })""")
+    assert boxes, "the retarget map draws no label"
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], f"labels {a[4]} and {b[4]} overlap"
+    assert len(boxes) <= len(inspected)
+    shot(page, "retargeting_turn_44", tall=2600)

@@ -1,0 +1,141 @@
+"""Screen and print draw one prepared view: the Plotly chart of a page and the Altair figure it
+exports hold the same data, and that data matches the run's raw files read here with json."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from dashboard import charts, figures
+from loaders import chart_data
+from loaders.run import open_run
+
+SAMPLES = REPO / "sample_runs"
+DIAMOND = sorted(p for p in SAMPLES.iterdir() if (p / "run.json").is_file() and p.name.startswith("diamond_"))
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _raw_cells(run_dir: Path, lo: int, hi: int, kinds: set[str] | None) -> set[tuple[int, int, str]]:
+    """The latest kind of each cell within the filters, from grid.jsonl (ties: file order)."""
+    latest: dict[tuple[int, int], tuple[int, int, str]] = {}
+    for i, row in enumerate(_lines(run_dir / "grid.jsonl")):
+        if lo <= row["step"] <= hi and (kinds is None or row["kind"] in kinds):
+            x, y = row["cell"][0], row["cell"][1]
+            if (x, y) not in latest or (row["step"], i) >= latest[(x, y)][:2]:
+                latest[(x, y)] = (row["step"], i, row["kind"])
+    return {(x, y, k) for (x, y), (_, _, k) in latest.items()}
+
+
+def _plotly_cells(fig) -> set[tuple[int, int, str]]:
+    out = set()
+    for t in fig.data:
+        if t.type == "heatmap":
+            for r, row in enumerate(t.z):
+                for c, v in enumerate(row):
+                    if v is not None and not math.isnan(v):
+                        out.add((int(t.x0 + c * t.dx), int(t.y0 + r * t.dy), t.name))
+    return out
+
+
+def _altair_values(spec: dict) -> list[list[dict]]:
+    """Every inline dataset of a Vega-Lite spec (top level, layers, facets, concatenations)."""
+    found = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("data"), dict) and "values" in node["data"]:
+                found.append(node["data"]["values"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(spec)
+    if "datasets" in spec:
+        found += list(spec["datasets"].values())
+    return found
+
+
+@pytest.mark.parametrize("lo,hi,kinds", [(None, None, None), (10, 120, None), (None, None, ("walked",)),
+                                         (50, None, ("placed", "opened", "blocked"))])
+def test_grid_screen_and_print_show_the_raw_cells(lo, hi, kinds) -> None:
+    run_dir = DIAMOND[0]
+    run = open_run(run_dir)
+    view = chart_data.grid(run, lo, hi, kinds)
+    first, last = view.lo, view.hi
+    raw = _raw_cells(run_dir, first, last, set(kinds) if kinds else None)
+    assert raw, "the sample run must have cells in this range"
+    assert _plotly_cells(charts.grid_figure(view)) == raw
+    spec = figures.grid_figure(run_dir.name, run, view=view).chart.to_dict()
+    printed = {(int(v["x"]), int(v["y"]), v["kind"]) for data in _altair_values(spec) for v in data if "kind" in v}
+    assert printed == raw
+    ends = {(r["x"], r["y"]) for r in _lines(run_dir / "index.jsonl")
+            if r.get("x") is not None and r["last_step"] >= first and r["first_step"] <= last}
+    dots = {(v["x"], v["y"]) for data in _altair_values(spec) for v in data if v.get("mark") == "episode end position"}
+    assert dots == ends
+
+
+def _methods(run_dirs: list[Path]) -> set[str]:
+    return {json.loads((d / "run.json").read_text())["method"] for d in run_dirs}
+
+
+@pytest.mark.parametrize("which", ["progress", "steps_per_turn"])
+def test_band_figures_name_every_method_on_screen_and_in_print(which: str) -> None:
+    runs = [(d.name, open_run(d)) for d in DIAMOND]
+    series = chart_data.progress(runs) if which == "progress" else chart_data.steps_per_turn(runs, 5)
+    want = _methods(DIAMOND)
+    screen = [t.name for t in charts.band_figure(series).data if t.showlegend is not False and t.mode == "lines"]
+    assert {name.split(" (")[0] for name in screen} == want
+    assert all(name.endswith("(1 run)") for name in screen), "each sample method has one seed"
+    fig = (figures.progress_figure(runs, series=series) if which == "progress"
+           else figures.steps_per_turn_figure(runs, 5, series=series))
+    layers = fig.chart.to_dict()["layer"]
+    legends = [lay["encoding"]["color"] for lay in layers if "color" in lay.get("encoding", {})
+               and lay["encoding"]["color"].get("legend") is not None]
+    assert legends and legends[0]["scale"]["domain"] == screen
+
+
+def test_intervals_over_seeds() -> None:
+    """Two seeds holding 1 and 3: the mean is 2, and a bootstrap over two seeds resamples (1, 1)
+    or (3, 3) a quarter of the time each, so its 2.5th and 97.5th percentiles are 1 and 3. One
+    seed: no interval."""
+    flat = lambda v: pd.DataFrame({"step": [0, 100], "y": [v, v]})  # noqa: E731
+    bands = chart_data.seed_bands([("mfm", 0, flat(1.0)), ("mfm", 1, flat(3.0)), ("vista", 0, flat(5.0))], "y",
+                                  points=11)
+    mfm, vista = bands[bands["method"] == "mfm"], bands[bands["method"] == "vista"]
+    assert set(mfm["mean"]) == {2.0} and set(mfm["lo"]) == {1.0} and set(mfm["hi"]) == {3.0}
+    assert set(mfm["seeds"]) == {2} and set(vista["seeds"]) == {1} and vista["lo"].isna().all()
+    series = chart_data.SeedBands(bands, "y")
+    assert series.label("mfm") == "mfm (mean of 2 seeds)" and series.label("vista") == "vista (1 run)"
+    assert "95% bootstrap interval" in series.note
+    spec = figures._band_chart(series).to_dict()
+    areas = [lay for lay in spec["layer"] if lay["mark"]["type"] == "area"]
+    assert len(areas) == 1 and {v["method"] for v in areas[0]["data"]["values"]} == {"mfm"}
+
+
+def test_retargeting_screen_and_print_hold_the_same_rates() -> None:
+    runs = [(d.name, open_run(d)) for d in DIAMOND]
+    rates = chart_data.retarget_rates(runs)
+    screen = {(t.name, m, round(float(r), 9)) for t in charts.retarget_rates_figure(rates).data
+              for m, r, label in zip(t.y, t.x, t.text) if not label.startswith("n/a")}
+    spec = figures.retargeting_figure(runs, rates=rates).chart.to_dict()
+    printed = {(v["measure"], v["method"], round(float(v["rate"]), 9)) for data in _altair_values(spec) for v in data
+               if v.get("rate") is not None}
+    assert screen == printed and screen
+    na = {(v["method"], v["measure"]) for data in _altair_values(spec) for v in data if v.get("rate") is None}
+    assert all(v["text"].startswith("n/a") for data in _altair_values(spec) for v in data if v.get("rate") is None)
+    assert ("direct", "retarget | inspect") in na, "a method that never inspects shows n/a, not an empty row"
+    turns_by_method: dict[str, int] = {}
+    for d in DIAMOND:
+        method = json.loads((d / "run.json").read_text())["method"]
+        turns_by_method[method] = turns_by_method.get(method, 0) + len(_lines(d / "turns.jsonl"))
+    for measure, method, rate in screen:
+        assert 0.0 <= rate <= 1.0 and turns_by_method[method] > 0

@@ -1,0 +1,196 @@
+"""loaders.turns and the Turns page, checked against the raw files of a sample run (json) and
+a small written run with a model-driven turn."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, open_app, texts, use_root, write_run
+from loaders import turns as tv
+from loaders.run import open_run
+
+RUN = REPO / "sample_runs" / "diamond_mfm_s2"
+
+
+def _rows(name: str, run: Path = RUN) -> list[dict]:
+    return [json.loads(line) for line in (run / name).read_text().splitlines() if line.strip()]
+
+
+def raw_turn(n: int) -> dict:
+    return next(t for t in _rows("turns.jsonl") if t["turn"] == n)
+
+
+@pytest.fixture(scope="module")
+def run():
+    return open_run(RUN)
+
+
+def test_turn_44_belongs_to_life_1(run) -> None:
+    t = raw_turn(44)
+    respawn = next(e for e in _rows("lives.jsonl") if e["event"] == "respawn" and e["life"] == t["life"])
+    death = next(e for e in _rows("lives.jsonl") if e["event"] == "death" and e["life"] == t["life"] - 1)
+    assert respawn["step"] == death["step"] == t["first_step"]
+    v = tv.turn_view(run, 44)
+    assert (v.life, v.first_step) == (t["life"], t["first_step"])
+    assert v.position == (respawn["x"], respawn["y"]) == (32, 32)
+    # the frame of the respawn step belongs to the death episode of the previous life: not shown as the start
+    owner = next(r for r in _rows("index.jsonl") if r["first_step"] < t["first_step"] <= r["last_step"])
+    assert owner["life"] != t["life"]
+    first_of_life = min(s["step"] for s in _rows("steps.jsonl") if s["life"] == t["life"])
+    assert [(f.step, f.life, f.exact) for f in v.start_frames] == [(first_of_life, t["life"], False)]
+
+
+def test_turn_44_calls_by_kind(run) -> None:
+    t = raw_turn(44)
+    v = tv.turn_view(run, 44)
+    raw_search = next(c for c in t["calls"] if c["tool"] == "search")
+    search = next(c for c in v.calls if c.tool == "search")
+    assert list(search.ids) == raw_search["result"]["ids"] and search.query == raw_search["args"]
+    steps = {s["step"]: s for s in _rows("steps.jsonl")}
+    raw_insp = next(c for c in t["calls"] if c["tool"] == "inspect" and c["args"]["episode"] == "ep_000042")
+    tree = next(f for f in raw_insp["result"]["found"] if f["name"] == "tree")
+    pos = steps[tree["step"]]
+    insp = next(c for c in v.calls if c.tool == "inspect" and c.episode == "ep_000042")
+    frame = next(f for f in insp.frames if f.step == tree["step"])
+    find = next(f for f in frame.finds if f.name == "tree")
+    assert (find.x, find.y) == (tree["x"], tree["y"]) == (15, 29)
+    assert find.tile == (tree["x"] - pos["x"] + 4, tree["y"] - pos["y"] + 3)
+    assert f"tree (15, 29) at tile {find.tile} [target]" in tv.find_caption(frame.finds, {(15, 29)})
+    ref = next(r for r in _rows("index.jsonl") if r["id"] == "ep_000042")
+    looked = list(range(ref["frames"] - 1, -1, -raw_insp["args"]["stride"]))[:raw_insp["args"]["frames"]]
+    assert sorted(f.step for f in insp.frames) == sorted(ref["first_step"] + 1 + i for i in looked)
+    raw_write = next(w for w in _rows("memory_writes.jsonl") if w["turn"] == 44 and w["path"] == "mine/GUIDE.md")
+    new_lines = [x.rstrip("\n") for _, _, lines in raw_write["diff"] for x in lines]
+    write = next(c for c in v.calls if c.tool == "write" and c.args.get("path") == "mine/GUIDE.md")
+    assert [w.seq for w in write.writes] == [raw_write["seq"]]
+    assert set(new_lines) <= set(write.writes[0].added)
+    assert any("res:tree@15,29" in line for line in write.writes[0].added)
+    assert "res:tree@15,29" in write.added
+
+
+def test_turn_44_targets_and_episodes(run) -> None:
+    t = raw_turn(44)
+    v = tv.turn_view(run, 44)
+    assert [(g.x, g.y, g.in_plan, g.new) for g in v.targets] == [
+        (g["x"], g["y"], g["in_plan"], not g["in_plan"]) for g in t["targets"]]
+    target = v.targets[0]
+    found_in = [c["args"]["episode"] for c in t["calls"] if c["tool"] == "inspect"
+                and any((f["x"], f["y"]) == (target.x, target.y) for f in c["result"]["found"])]
+    assert list(target.seen_in) == found_in and "ep_000042" in found_in
+    idx = {r["id"]: r for r in _rows("index.jsonl")}
+    assert [(e.id, e.outcome) for e in v.episodes] == [(e, idx[e]["outcome"]) for e in t["episodes"]]
+    before = {(p["x"], p["y"], p["label"]) for p in t["plan_before"]}
+    after = {(p["x"], p["y"], p["label"]) for p in t["plan_after"]}
+    assert {(p.x, p.y, p.label) for p in v.plan if p.sign == "+"} == after - before
+    assert {(p.x, p.y, p.label) for p in v.plan if p.sign == "-"} == before - after
+
+
+def test_turn_43_consolidation(run) -> None:
+    t = raw_turn(43)
+    raw = next(c for c in t["calls"] if c["tool"] == "consolidate")
+    c = next(c for c in tv.turn_view(run, 43).calls if c.tool == "consolidate")
+    assert (list(c.added), list(c.removed)) == (raw["result"]["added"], raw["result"]["removed"])
+    assert [w.seq for w in c.writes] == [w["seq"] for w in _rows("memory_writes.jsonl") if w["turn"] == 43]
+
+
+def test_navigation_steps_through_kinds(run) -> None:
+    turns = sorted(_rows("turns.jsonl"), key=lambda t: t["turn"])
+    idx = {r["id"]: r for r in _rows("index.jsonl")}
+    dead = {e["episode"] for e in _rows("lives.jsonl") if e["event"] == "death"}
+    retarget = [t["turn"] for t in turns if any(not g["in_plan"] for g in t["targets"])]
+    failed = [t["turn"] for t in turns if any(idx[e]["outcome"] in ("failed", "interrupted") for e in t["episodes"])]
+    deaths = [t["turn"] for t in turns if set(t["episodes"]) & dead]
+    nav = tv.navigation(tv.turn_kinds(run), 44)
+    assert nav.prev == 43 and nav.next == 45
+    assert nav.kinds["retarget"][1] == min(n for n in retarget if n > 44)
+    assert nav.kinds["failed"][1] == min(n for n in failed if n > 44)
+    assert nav.kinds["death"] == (max(n for n in deaths if n < 44), min(n for n in deaths if n > 44))
+
+
+def test_model_turn(tmp_path: Path) -> None:
+    w = write_run(tmp_path / "run", episodes=3)
+    calls = [
+        {"tool": "model", "args": {"model": "m1", "prompt": "state: here", "prompt_chars": 11},
+         "result": {"error": "timeout", "latency_s": 1.5}},
+        {"tool": "model", "args": {"model": "m1", "prompt_chars": 12},
+         "result": {"content": "go", "tool_calls": [{"name": "go_to", "arguments": "{\"x\": 3}"}],
+                    "usage": {"prompt_tokens": 120, "completion_tokens": 7, "cost_usd": 0.002}, "latency_s": 0.25}}]
+    last = w.episodes[-1]
+    line = {"turn": 3, "life": last.life, "first_step": last.last_step, "last_step": last.last_step, "policy": "llm",
+            "calls": calls, "targets": [], "plan_before": [], "plan_after": [], "episodes": [], "latency_s": 1.75}
+    with open(w.dir / "turns.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\n")
+    v = tv.turn_view(open_run(w.dir), 3)
+    assert v.tokens == (120, 7) and v.cost_usd == pytest.approx(0.002) and v.latency_s == 1.75
+    models = [c for c in v.calls if c.tool == "model"]
+    assert [c.request["status"] for c in models] == ["retried", "ok"]
+    assert models[0].args["prompt"] == "state: here" and models[1].result["content"] == "go"
+
+
+def test_turns_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_root(monkeypatch, REPO / "sample_runs")
+    at = open_app("turns", runs="diamond_mfm_s2", turn="44")
+    t = texts(at)
+    assert "Turn 44 · life 1 · steps 407–427" in t and "(32, 32) in life 1" in t
+    n = len(raw_turn(44)["calls"][0]["result"]["ids"])
+    assert f"{n} episode(s) returned" in t
+    assert "res:tree@15,29" in t
+    assert at.selectbox(key="w_turn").value == 44
+    nxt = next(b for b in at.button if b.label == "next death →")
+    nxt.click().run()
+    deaths = sorted(t["turn"] for t in _rows("turns.jsonl") if set(t["episodes"]) & {
+        e["episode"] for e in _rows("lives.jsonl") if e["event"] == "death"})
+    assert at.selectbox(key="w_turn").value == min(d for d in deaths if d > 44)
+
+
+def test_retarget_map_labels_do_not_overlap() -> None:
+    import math
+
+    from dashboard import charts
+
+    idx = {r["id"]: r for r in _rows("index.jsonl")}
+    eps = [c["args"]["episode"] for c in raw_turn(44)["calls"] if c["tool"] == "inspect"]
+    inspected = [{"episode": e, "x": idx[e]["x"], "y": idx[e]["y"]} for e in eps]
+    fig = charts.retarget_map((32, 32), inspected, [{"x": 15, "y": 29, "near": True}], 8.0)
+    trace = next(t for t in fig.data if t.name == "inspected episodes")
+    pts = list(zip(trace.x, trace.y))
+    assert all(math.hypot(a[0] - b[0], a[1] - b[1]) >= charts.LABEL_GAP for i, a in enumerate(pts) for b in pts[i + 1:])
+    labelled = [e for names in fig.layout.meta["labels"].values() for e in names]
+    assert sorted(labelled) == sorted(set(eps))
+    assert len(set(trace.text)) == len(trace.text)
+
+
+def test_retargeting_rates_undefined_show_na(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_root(monkeypatch, REPO / "sample_runs")
+    direct = "diamond_direct_s2_2500steps"
+    inspecting = [t for t in _rows("turns.jsonl", REPO / "sample_runs" / direct)
+                  if any(c["tool"] == "inspect" for c in t["calls"])]
+    assert not inspecting
+    at = open_app("retargeting", runs=direct)
+    table = at.dataframe[0].value
+    assert table["inspect_rate"].tolist() == ["n/a"]
+    assert "None" not in table.astype(str).to_string()
+
+
+def test_turns_page_of_a_model_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    w = write_run(tmp_path / "root" / "llm_run", episodes=3)
+    last = w.episodes[-1]
+    prompt = "state ![x](http://example.invalid/x.png) <b>bold</b>"
+    line = {"turn": 3, "life": last.life, "first_step": last.last_step, "last_step": last.last_step, "policy": "llm",
+            "calls": [{"tool": "model", "args": {"model": "m-test", "prompt": prompt, "prompt_chars": len(prompt)},
+                       "result": {"content": "going", "tool_calls": [{"name": "go_to", "arguments": "{}"}],
+                                  "usage": {"prompt_tokens": 1200, "completion_tokens": 34, "cost_usd": 0.0125},
+                                  "latency_s": 0.5}}],
+            "targets": [], "plan_before": [], "plan_after": [], "episodes": []}
+    with open(w.dir / "turns.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\n")
+    use_root(monkeypatch, tmp_path / "root")
+    at = open_app("turns", runs="llm_run", turn="3")
+    t = texts(at)
+    assert "tokens in 1,200 / out 34 · 0.50 s · cost $0.0125" in t
+    assert [m.value for m in at.metric] == ["1,200", "34", "0.50 s", "$0.0125"]
+    codes = [c.value for c in at.code]
+    assert prompt in codes and any("going" in c and "go_to({})" in c for c in codes)
+    assert "example.invalid" not in t
