@@ -17,6 +17,8 @@ from dashboard import figures
 from loaders.compare import report
 from mfm.cli import main
 
+pytestmark = pytest.mark.slow  # renders ~150 files (SVG, PDF, PNG); the quick screen/print checks: test_chart_data
+
 COMPARISONS = ("progress", "steps_per_turn", "retargeting", "echo_unlock")
 
 
