@@ -15,8 +15,12 @@ decoding a single-frame PNG per step; (4) index queries at N episodes, p50 and p
 no-op recorder (``bench.nullrec``), several interleaved repeats, and the bytes per step
 it stores; (6) storage bytes per step of the run; (7) each dashboard page's script time
 on the run (AppTest, fresh process per page), cold and warm, with the data points its
-charts send and peak memory. Every figure uses a table cache (``MFM_CACHE_DIR``) in a
-temporary folder, removed at the end, never the user's.
+charts send and peak memory; (8) ``browser``: the dashboard served for real and driven by
+headless Chromium (``bench.browser``): per page the time from the click or the URL to the
+page fully drawn, warm and on the first visit after the server starts, median and p95, the
+Runs page on the sweep, one frame step on the Timeline, and a bare Streamlit app as the
+floor. Every figure uses a table cache (``MFM_CACHE_DIR``) in a temporary folder, removed
+at the end, never the user's.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ import numpy as np
 
 from bench.opentime import TABLES
 
-GROUPS = ("open", "sweep", "frames", "index", "recording", "storage", "pages")
+GROUPS = ("open", "sweep", "frames", "index", "recording", "storage", "pages", "browser")
 
 
 def _timed(fn, repeat: int = 1) -> float:
@@ -325,14 +329,43 @@ def bench_pages(run: Path) -> dict:
         shutil.rmtree(tmp)
 
 
+def bench_browser(run: Path, sweep: int, smoke: bool, repeats: int = 10, first: int = 3) -> dict:
+    """(8) :func:`bench.browser.measure` on ``run`` (every page: ``first`` first visits, each
+    on a new server, ``repeats`` warm opens by URL and as many by sidebar click, 20 frame
+    steps), then the Runs page on ``sweep`` hard-linked copies of it (as the dashboard
+    opens: no run chosen), and the floor under them all, a bare Streamlit app
+    (:func:`bench.browser.baseline`). With ``smoke``: every page opened once by URL and
+    once by click, unwarmed, the first visit of the Runs page only, 3 frame steps (CI:
+    that it runs, not the figures)."""
+    from bench.browser import baseline, measure
+
+    size = dict(repeats=1, first=1, steps=3, first_pages=("runs",), warmup=False) if smoke else \
+        dict(repeats=repeats, first=first, steps=20)
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        shutil.copytree(run, tmp / "runs" / run.name, copy_function=os.link)
+        out = measure(tmp / "runs", run.name, **size)
+        root = make_sweep(run, tmp / "sweep", sweep)
+        runs_page = measure(root, None, pages=("runs",), **dict(size, steps=0))
+        out.update({f"sweep{sweep}_{k}": v for k, v in runs_page.items()})
+        out.update(baseline(size["repeats"], size["steps"]))
+        return out
+    finally:
+        shutil.rmtree(tmp)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", type=Path, help="a large run to measure (see bench.synth)")
     p.add_argument("--smoke", action="store_true", help="small sizes, for CI")
     p.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated groups of {', '.join(GROUPS)}")
-    p.add_argument("--sweep", type=int, help="runs in the sweep (default 48; 3 with --smoke)")
+    p.add_argument("--sweep", type=int, help="runs in the sweep of (2) and (8) (default 48; 3 with --smoke)")
     p.add_argument("--agent-steps", type=int, help="env steps per agent run for (5) (default 3000; 200 with --smoke)")
     p.add_argument("--repeats", type=int, help="agent run pairs for (5) (default 5; 1 with --smoke)")
+    p.add_argument("--browser-repeats", type=int, default=10,
+                   help="warm opens per page and way for (8) (default 10; 1 with --smoke)")
+    p.add_argument("--first-visits", type=int, default=3,
+                   help="first visits per page for (8), each on a new server (default 3; 1 with --smoke)")
     a = p.parse_args()
     only = set(a.only.split(","))
     if only - set(GROUPS):
@@ -356,6 +389,8 @@ def main() -> None:
                                              a.repeats or (1 if a.smoke else 5)),
         "storage": lambda: bench_storage(run),
         "pages": lambda: bench_pages(run),
+        "browser": lambda: bench_browser(run, a.sweep or (3 if a.smoke else 48), a.smoke, a.browser_repeats,
+                                         a.first_visits),
     }
     print(f"# run: {run} ({'smoke' if a.smoke else 'full'}), {time.strftime('%Y-%m-%d %H:%M')}, "
           f"{os.cpu_count()} cores, python {sys.version.split()[0]}", flush=True)
