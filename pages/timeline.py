@@ -10,6 +10,7 @@ from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.theme import STATUS_LABELS
 from loaders import run_pages
 from mfm.boundary import UnsafePath
+from mfm.schema import IndexRow
 from mfm.memory.retrieval import FrameError
 
 
@@ -181,6 +182,11 @@ if row.frames:
     except (FrameError, UnsafePath) as e:
         st.error(f"Frames of {ui.md(ep_id)} cannot be shown: {ui.md(e)}")
 
+
+@st.fragment
+def _scrubber(row: IndexRow) -> None:
+    """The episode's frames step by step. A fragment: moving the slider reruns only this part,
+    not the page and its whole-run chart (whose step line follows at the next full run)."""
     lo_s, hi_s = row.first_step + 1, row.first_step + row.frames
     scrub = ui.bound("w_step", "step", lo_s, lambda v: s if lo_s <= (s := int(v)) <= hi_s else None, sync=True)
     if hi_s > lo_s:
@@ -203,3 +209,7 @@ if row.frames:
     prev = max(first, cur - 1)
     b.page_link(ui.pages()["frames"], label="Compare with the previous step in Frames",
                 query_params=ui.link_params(frames=f"{key}:{prev},{key}:{cur}"))
+
+
+if row.frames:
+    _scrubber(row)
