@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import html
 import math
+import weakref
 import json
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -331,8 +332,15 @@ def _range(runs: list[tuple[str, Run]]) -> tuple[int, int] | None:
     return (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else None
 
 
+_hashes: "weakref.WeakKeyDictionary[Run, tuple[tuple, str]]" = weakref.WeakKeyDictionary()
+
+
 def content_hash(run: Run) -> str:
-    """SHA-256 over the run's manifest and tables (frames excluded), in a fixed file order."""
+    """SHA-256 over the run's manifest and tables (frames excluded), in a fixed file order;
+    computed once per run and file signature (every figure of a run names it)."""
+    hit = _hashes.get(run)
+    if hit is not None and hit[0] == run.signature:
+        return hit[1]
     h = hashlib.sha256()
     for name in HASHED:
         p = run.path / name
@@ -341,7 +349,8 @@ def content_hash(run: Run) -> str:
             with open(p, "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
-    return h.hexdigest()
+    _hashes[run] = (run.signature, h.hexdigest())
+    return _hashes[run][1]
 
 
 def package_version() -> str:

@@ -56,9 +56,9 @@ def method_style(method: str | None) -> MethodStyle:
     name = (method or "unknown").lower()
     base, _, ablation = name.partition(" ")
     color = METHOD_COLORS.get(base) or _hashed(base)
-    dashes, markers = list(DASH_ARRAYS), list(VEGA_SHAPES)
     if not ablation and base in METHOD_DASHES:
         return MethodStyle(color, METHOD_DASHES[base], METHOD_MARKERS[base])
+    dashes, markers = list(DASH_ARRAYS), list(VEGA_SHAPES)
     h = zlib.crc32(name.encode("utf-8"))
     return MethodStyle(color, dashes[1 + h % (len(dashes) - 1)] if ablation else dashes[h % len(dashes)],
                        markers[h % len(markers)])

@@ -217,7 +217,8 @@ def grid(run: Run, lo: int | None = None, hi: int | None = None, kinds: Sequence
     plane = "z" if run.is_3d else "y"
     rows, eps, steps, lv = run.grid(), run.episodes(), run.steps(), run.lives()
     if plane == "z":
-        band = height or (min(heights(run)), max(heights(run)))
+        hs = heights(run)
+        band = height or (hs[0], hs[-1])
         rows = run_pages.height_band(rows, band).assign(y=lambda d: d["z"]) if len(rows) else rows
         eps = run_pages.height_band(eps, band).assign(y=lambda d: d["z"]) if len(eps) else eps
         steps, lv = steps.iloc[0:0], lv.iloc[0:0]

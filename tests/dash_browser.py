@@ -63,12 +63,17 @@ def dashboard(root: Path, log_dir: Path) -> Iterator[str]:
     try:
         yield base
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc, 10)
         log.close()
+
+
+def stop_group(proc: subprocess.Popen, wait: float) -> None:
+    """End a server started in its own process group: SIGTERM, then SIGKILL after ``wait`` s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def settle(pg, timeout: float = 45) -> None:

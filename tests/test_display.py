@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from conftest import REPO
+from dash_browser import stop_group
 from raw import Page, decode, jsonl, shrink, stored_frame
 from loaders.display import Episode, MemoryFile, Turn, enlarge, run_html
 from loaders.run import open_run
@@ -357,7 +358,6 @@ def test_scrubber_in_jupyterlab(tmp_path):
     the frame of the life's first step, pixel-exact at ×4; → and Shift+→ step by one and ten,
     End and Home jump, Space plays (frames keep coming from the kernel) and pauses."""
     import os
-    import signal
     import time
     import urllib.request
 
@@ -433,9 +433,5 @@ def test_scrubber_in_jupyterlab(tmp_path):
             pg.screenshot(path=str(SHOTS / "scrubber_jupyterlab.png"))
             browser.close()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc, 30)
         log.close()
