@@ -6,8 +6,9 @@ baseline measured in the same run and the ratio between them.
     python -m bench.bench --run DIR --only open,pages
 
 Figures: (1) open a run and build every table and its problem list, cold (fresh process,
-imports excluded: first open ever, cache off, and reopened with the table cache filled) and
-warm, against pandas ``read_json(lines=True)`` of the same files;
+imports excluded: first open ever, cache off, first open after the cache was filled when the
+run closed, and reopened with the table cache filled) and warm, against pandas
+``read_json(lines=True)`` of the same files, and what filling the cache at close costs;
 (2) the runs table and milestones summary over a sweep of hard-linked copies of the run,
 and the Runs page on it (AppTest), with peak memory; (3) random frame fetch latency against
 decoding a single-frame PNG per step; (4) index queries at N episodes, p50 and p95;
@@ -58,17 +59,81 @@ def _open_fresh(run: Path, cache: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+FILL_CODE = """
+import json, sys, time
+import mfm.agent.runner
+t = time.perf_counter()
+from loaders.cachedread import fill_closed_run
+t1 = time.perf_counter()
+filled = fill_closed_run(sys.argv[1])
+print(json.dumps({"import_s": t1 - t, "fill_s": time.perf_counter() - t1, "filled": filled}))
+"""
+"""What ``mfm run`` adds when it closes a run: importing the loaders (the agent's modules are
+already loaded) and :func:`loaders.cachedread.fill_closed_run`."""
+
+AGENT_STEPS_PER_S = 143.0
+"""The scripted agent's steps/s with recording on (figure 5 in docs/benchmarks.md: the faster
+of its two medians, 143 and 117, so the fill's share of a run is not understated): what
+filling the cache at close adds is given as a share of the agent's time for as many steps
+as the run measured has."""
+
+
+def _fill_fresh(run: Path, cache: str) -> dict:
+    """Fill the table cache ``cache`` for ``run`` in a fresh interpreter, as ``mfm run`` does
+    when it closes a run; seconds importing the loaders and filling."""
+    repo = Path(__file__).resolve().parent.parent
+    out = subprocess.check_output([sys.executable, "-c", FILL_CODE, str(run)], text=True, cwd=repo,
+                                  env=dict(os.environ, MFM_CACHE_DIR=cache))
+    got = json.loads(out.strip().splitlines()[-1])
+    if not got["filled"]:
+        raise AssertionError(f"{run}: the cache was not filled (run.json does not say closed?)")
+    return got
+
+
+def _steps(run: Path) -> int:
+    """The run's env steps (its manifest's last step)."""
+    from mfm.schema import read_manifest
+
+    m, _ = read_manifest(run)
+    return max(1, m.last_step if m else 1)
+
+
+def _naive(run: Path) -> float:
+    """pandas ``read_json(lines=True)`` of every non-empty JSONL file of the run, best of 3."""
+    import pandas as pd
+
+    def read() -> None:
+        for f in run.glob("*.jsonl"):
+            if f.stat().st_size:
+                pd.read_json(f, lines=True)
+
+    return _timed(read, repeat=3)
+
+
 def bench_open(run: Path, repeat: int = 5) -> dict:
     """(1) Open the run and build every table and its problem list (tables and files) in a
     fresh process (imports excluded), against pandas ``read_json(lines=True)`` of the same
-    files: first open ever (empty table cache: parse, check and fill the cache), cache off,
-    reopen (a fresh process, the cache filled: what reopening the dashboard costs), warm (the
-    same process again). The SQL views (built only when the SQL page asks) are timed apart.
-    The cache lives in a temporary folder, never the user's."""
+    files: first open ever (empty table cache: parse, check and fill the cache), first open
+    after the run closed (the cache filled by :func:`loaders.cachedread.fill_closed_run` in
+    another fresh process, as ``mfm run`` does at the end), cache off, reopen (a fresh
+    process, the cache filled by an earlier open: what reopening the dashboard costs), warm
+    (the same process again). The first two alternate in order, ``repeat`` times each. The
+    baseline is taken before and after them (best of 3 each; the ratios use the faster). The
+    SQL views (built only when the SQL page asks) are timed apart. The cache lives in a
+    temporary folder, never the user's."""
     tmp = Path(tempfile.mkdtemp())
     before = os.environ.get("MFM_CACHE_DIR")
+    base_before = _naive(run)
     try:
-        first = [_open_fresh(run, str(tmp / f"first{i}")) for i in range(3)]
+        first, closed, fills, filled = [], [], [], []
+        for i in range(repeat):
+            for what in (("first", "closed") if i % 2 == 0 else ("closed", "first")):
+                if what == "first":
+                    first.append(_open_fresh(run, str(tmp / f"first{i}")))
+                else:
+                    fills.append(_fill_fresh(run, str(tmp / f"closed{i}")))
+                    filled.append(len(list((tmp / f"closed{i}").glob("*.mfmc"))))
+                    closed.append(_open_fresh(run, str(tmp / f"closed{i}")))
         entries = [p.stat().st_size for p in (tmp / "first0").glob("*.mfmc")]
         off = [_open_fresh(run, "off") for _ in range(3)]
         reopen = [_open_fresh(run, str(tmp / "first0")) for _ in range(repeat)]
@@ -83,22 +148,29 @@ def bench_open(run: Path, repeat: int = 5) -> dict:
         else:
             os.environ["MFM_CACHE_DIR"] = before
         shutil.rmtree(tmp)
-    import pandas as pd
-
-    def naive() -> None:
-        for f in run.glob("*.jsonl"):
-            if f.stat().st_size:
-                pd.read_json(f, lines=True)
-
-    base = _timed(naive, repeat=3)
-    out: dict = {"cache_entries": len(entries), "cache_mb": sum(entries) / 1e6}
-    for label, runs in (("first_open", first), ("cache_off", off), ("reopen", reopen)):
+    base_after = _naive(run)
+    base = min(base_before, base_after)
+    out: dict = {"cache_entries": len(entries), "cache_mb": sum(entries) / 1e6,
+                 "cache_entries_filled_at_close": min(filled)}
+    for label, runs in (("first_open", first), ("after_close", closed), ("cache_off", off), ("reopen", reopen)):
         times = sorted(r["open_s"] for r in runs)
         out.update({f"{label}_median_s": statistics.median(times), f"{label}_min_s": times[0],
                     f"{label}_max_s": times[-1]})
-    out["sql_views_median_s"] = statistics.median(r["sql_s"] for r in first + off + reopen)
-    out.update({"open_warm_s": warm, "naive_read_json_s": base,
+    out["sql_views_median_s"] = statistics.median(r["sql_s"] for r in first + closed + off + reopen)
+    fill = sorted(r["fill_s"] for r in fills)
+    at_close = statistics.median(r["import_s"] + r["fill_s"] for r in fills)
+    out.update({"fill_at_close_median_s": statistics.median(fill), "fill_at_close_min_s": fill[0],
+                "fill_at_close_max_s": fill[-1],
+                "fill_import_loaders_median_s": statistics.median(r["import_s"] for r in fills),
+                "fill_with_import_pct_of_agent_run": 100 * at_close / (_steps(run) / AGENT_STEPS_PER_S)})
+    out.update({"open_warm_s": warm, "naive_before_s": base_before, "naive_after_s": base_after,
+                "naive_read_json_s": base,
                 "speedup_first_open": base / out["first_open_median_s"],
+                "speedup_first_open_min": base / out["first_open_max_s"],
+                "speedup_first_open_max": base / out["first_open_min_s"],
+                "speedup_after_close": base / out["after_close_median_s"],
+                "speedup_after_close_min": base / out["after_close_max_s"],
+                "speedup_after_close_max": base / out["after_close_min_s"],
                 "speedup_reopen": base / out["reopen_median_s"],
                 "speedup_reopen_with_sql": base / statistics.median(r["open_s"] + r["sql_s"] for r in reopen)})
     return out

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from dashboard.safe_text import clip
 from loaders.formats import detect
+from loaders.remote import mirror_root
+from mfm.objectstore import is_url
 from mfm.boundary import UnsafePath, inside
 from mfm.schema import EPISODE_ID
 
@@ -29,12 +31,15 @@ PARAM_LIMITS = {"q": 20_000}
 
 
 def runs_root(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Path:
-    """The runs root: ``--root`` after ``--`` in argv, else env ``MFM_RUNS_ROOT``, else ``sample_runs/``."""
+    """The runs root: ``--root`` after ``--`` in argv, else env ``MFM_RUNS_ROOT``, else ``sample_runs/``.
+    A URL of object storage (``s3://bucket/prefix``) gives its local mirror (``loaders.remote``)."""
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--root")
     args, _ = parser.parse_known_args(argv if argv is not None else [])
     root = args.root or env.get("MFM_RUNS_ROOT") or str(REPO / "sample_runs")
+    if is_url(root):
+        return mirror_root(root)
     return Path(root).expanduser().resolve()
 
 

@@ -30,7 +30,7 @@ from loaders import analysis_pages as ap
 from loaders import chart_data, echo, paper_tables
 from loaders import provenance
 from loaders import run_pages
-from loaders.run import Run, find_runs, open_run
+from loaders.run import Run, find_runs, local_path, open_run
 
 WIDTHS = {"single": 240, "double": 500}
 """Plot widths in points for a one-column (3.33 in) and a two-column (7 in) figure."""
@@ -449,7 +449,7 @@ def _expand(paths: Sequence[str | Path]) -> list[tuple[str, Run]]:
     """Runs named by run folders or runs roots, keyed as the dashboard keys them under that
     root (a run folder given directly: its name); made unique."""
     out: dict[str, Run] = {}
-    for p in map(Path, paths):
+    for p in map(local_path, paths):
         is_run = (p / "run.json").is_file()
         for d in ([p] if is_run else find_runs(p)):
             key = d.name if is_run else d.resolve().relative_to(p.resolve()).as_posix()

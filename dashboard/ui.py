@@ -26,6 +26,7 @@ from dashboard.core import PAGES_DIR, live_caption, param_problem, resolve_run_k
 from dashboard.theme import STATUS_LABELS
 from loaders import chart_data, run_pages
 from loaders.live import LiveRuns, needs_refresh, watch_key
+from loaders.remote import mirrored_url
 from loaders.run import Run, find_runs
 from mfm.boundary import UnsafePath
 
@@ -67,6 +68,12 @@ def pages() -> dict[str, Any]:
 def root() -> Path:
     """The runs root of this dashboard (``--root`` after ``--``, env MFM_RUNS_ROOT, or sample_runs/)."""
     return runs_root(sys.argv[1:])
+
+
+def root_label() -> str:
+    """How the runs root is named on screen: its folder's name, or the URL it mirrors."""
+    r = root()
+    return mirrored_url(r) or r.name
 
 
 def md(text: object, limit: int | None = None) -> str:
@@ -240,7 +247,7 @@ def sidebar(page_keys: tuple[str, ...] = ()) -> tuple[list[tuple[str, Run]], tup
     runs = selected_runs()
     focus = focus_run(runs)
     with st.sidebar:
-        st.caption(f"Runs root: {md_code(root().name)}")
+        st.caption(f"Runs root: {md_code(root_label())}")
         if runs:
             keys = [k for k, _ in runs]
             st.session_state["w_focus"] = focus[0] if focus else keys[0]

@@ -4,10 +4,13 @@ file checks served from the derived table cache (``loaders.tablecache``).
 
 The records, line numbers and problems are exactly those of the core's tolerant reader: the
 fast path only vouches that a file has no problem, and the cache only replays what was read.
+:func:`fill_closed_run` fills the cache for a run its writer has just closed, so that the
+first open of that run is served from the cache.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -20,7 +23,7 @@ import pyarrow as pa
 
 import mfm.validate as core
 from loaders import fastread, tablecache
-from mfm.schema import TABLES, Problem
+from mfm.schema import TABLES, Problem, read_manifest
 from mfm.validate import EpisodeRef, FileCheck, RunContents, TableRead, read_one_table
 
 FAST_TABLES = {"index.jsonl": (None, "id"), "steps.jsonl": ("step", None), "grid.jsonl": (None, None),
@@ -93,10 +96,12 @@ CACHE_MIN_BYTES = 16 * 1024
 """Smaller table files are read faster than a cache entry is checked; they are not cached."""
 
 
-def read_one_table_cached(path: Path, name: str) -> TableRead:
+def read_one_table_cached(path: Path, name: str, final: bool = False) -> TableRead:
     """:func:`read_one_table_fast` through ``loaders.tablecache``: the same result, served
     from the cache while the file's stat is unchanged. Tables the fast path vouched for are
-    kept as Arrow columns; tables read line by line as their records, line numbers and problems."""
+    kept as Arrow columns; tables read line by line as their records, line numbers and problems.
+    ``final``: the file's writer is done with it, so it is cached even if it was modified less
+    than ``tablecache.RACY_SECONDS`` ago (:func:`fill_closed_run` says when that is sound)."""
     st = tablecache.stamp(path)
     if st is None or st[0] < CACHE_MIN_BYTES or tablecache.cache_dir() is None:
         return read_one_table_fast(path, name)
@@ -110,7 +115,7 @@ def read_one_table_cached(path: Path, name: str) -> TableRead:
         except Exception:  # noqa: BLE001 - a bad entry is a miss, whatever is wrong with it
             pass
     read, arrow = _read_one(path, name)
-    if not tablecache.racy(st) and tablecache.stamp(path) == st:
+    if (final or not tablecache.racy(st)) and tablecache.stamp(path) == st:
         try:
             payload = tablecache.arrow_bytes(arrow) if arrow is not None else _encode_records(read, rtype)
         except (TypeError, ValueError, pa.ArrowException):
@@ -178,11 +183,13 @@ def _files_key(run_dir: Path) -> list | None:
 class CachedFileCheck(FileCheck):
     """The file checks kept in the table cache, reused while ``index.jsonl`` and the
     ``episodes/`` folder keep the stat they had before the index was read (``key``; so a
-    file deleted or added inside an episode folder after the check was cached is not seen)."""
+    file deleted or added inside an episode folder after the check was cached is not seen).
+    ``final``: as for :func:`read_one_table_cached`, the run's writer is done."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, final: bool = False) -> None:
         super().__init__(run_dir)
         self.key = _files_key(run_dir)
+        self.final = final
 
     def known(self) -> list[Problem] | None:
         # the index just read is the one of this key only if its stat did not move meanwhile
@@ -201,15 +208,59 @@ class CachedFileCheck(FileCheck):
         nothing they depend on changed while they ran."""
         key = self.key if all(path.rpartition("/")[0] == "episodes" for _, _, path, _, _ in refs) else None
         out = super().run(refs)
-        if key is not None and _files_key(self.run_dir) == key and not any(tablecache.racy(k) for k in key):
+        if key is not None and _files_key(self.run_dir) == key and (
+                self.final or not any(tablecache.racy(k) for k in key)):
             tablecache.store("files", os.path.abspath(self.run_dir), key, "json", _problems_json(out))
         return out
 
 
-def validate(run_dir: Path, frames: bool = False, cache: bool = False) -> RunContents:
+def validate(run_dir: Path, frames: bool = False, cache: bool = False, final: bool = False) -> RunContents:
     """:func:`mfm.validate.validate` with the fast path: the same problems, records and line
     numbers, large clean tables kept as columns (``RunContents.columns``). ``cache``: serve
     unchanged tables and file checks from ``loaders.tablecache`` (the loaders do; ``mfm
-    validate`` does not: it reads and stats everything, every time)."""
-    return core.validate(run_dir, frames, read=read_one_table_cached if cache else read_one_table_fast,
-                         files=CachedFileCheck if cache else FileCheck)
+    validate`` does not: it reads and stats everything, every time). ``final`` (with
+    ``cache``): the run's writer is done, cache files modified just now too
+    (:func:`fill_closed_run`)."""
+    if not cache:
+        return core.validate(run_dir, frames, read=read_one_table_fast, files=FileCheck)
+    return core.validate(run_dir, frames, read=functools.partial(read_one_table_cached, final=final),
+                         files=functools.partial(CachedFileCheck, final=final))
+
+
+CLOSED = ("finished", "interrupted", "crashed")
+"""The statuses a writer gives a run when it closes it (``running`` until then)."""
+
+
+def fill_closed_run(run_dir: str | Path) -> bool:
+    """Fill the table cache for a run that its writer has just closed, exactly as the first
+    open of the run would (:class:`loaders.run.Run` reads through ``validate(..., cache=True)``
+    on the resolved path, which is what is done here), so that the first open, in the
+    dashboard or a notebook, is served from the cache. Nothing is written into the run folder.
+    True if the cache was filled; False, doing nothing, if the cache is off or ``run.json``
+    does not say the run was closed, or if reading failed (the first open then reads the run
+    as usual: the cache is derived, so a failure here never matters more than that).
+
+    Why files modified just now may be cached here. The cache refuses a file modified less
+    than ``tablecache.RACY_SECONDS`` ago because a second write in the same timestamp tick
+    as the stat taken for the key could change the file and leave that stat (size, times,
+    inode, device) as it was, so the entry would be used for content it does not hold. A
+    write in any later tick changes the modification and change times: a miss. Once the
+    writer has closed the run (every table flushed, the encoder thread joined, then
+    ``run.json`` replaced with a final status: ``RunWriter.close``), it writes none of these
+    files again, and no other writer writes into a run (``RunWriter`` refuses a folder that is
+    not empty). What is left is another program rewriting a table within the tick of the
+    writer's last write, after this read: outside the run format, and even then a rewrite
+    through a new file (a new inode) is a miss. So this is sound when called after the
+    writer is done, which ``run.json`` saying a closed status means (checked here: a run
+    still ``running`` is not filled; its first open caches what is settled by then)."""
+    if tablecache.cache_dir() is None:
+        return False
+    try:
+        run = Path(run_dir).resolve()
+        manifest = read_manifest(run)[0]
+        if manifest is None or manifest.status not in CLOSED:
+            return False
+        validate(run, cache=True, final=True)
+    except Exception:  # noqa: BLE001 - the cache is derived; the first open reads the run instead
+        return False
+    return True

@@ -25,10 +25,12 @@ import numpy as np
 import pandas as pd
 
 from loaders.formats import detect, source_for
+from loaders.remote import is_mirrored, mirror_root, mirrored_url, sync_run
 from loaders.sources import DirSource, Source
 from loaders.usersql import duckdb_config
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError
+from mfm.objectstore import is_url
 from mfm.schema import MANIFEST, TABLES, IndexRow, LifeEvent, Problem, RunManifest, read_manifest, read_table
 from mfm.validate import RunContents
 
@@ -303,7 +305,9 @@ _CACHE_LOCK = threading.Lock()
 def open_run(path: str | Path) -> Run:
     """Open a run directory (cached; re-read when any of its files changed). Never raises on
     bad content: what was wrong is in ``run.problems``."""
-    p = Path(path).resolve()
+    p = local_path(path)
+    if is_mirrored(p):
+        sync_run(p)
     sig = signature(p)
     key = str(p)
     with _CACHE_LOCK:
@@ -316,10 +320,23 @@ def open_run(path: str | Path) -> Run:
     return run
 
 
+def local_path(place: str | Path) -> Path:
+    """The folder to read for a run or runs root: itself, or for a URL of object storage
+    (``s3://...``) its local mirror, the listing brought up to date (``loaders.remote``)."""
+    if is_url(place):
+        return mirror_root(str(place))
+    p = Path(place).resolve()
+    url = mirrored_url(p)
+    if url is not None:
+        mirror_root(url)
+    return p
+
+
 def find_runs(root: str | Path, max_depth: int = 6) -> list[Path]:
     """Every run under ``root`` (nested folders too, any supported format), sorted; symlinks
-    are not followed. A Crafter recorder folder gives one run per recorded episode file."""
-    root = Path(root)
+    are not followed. A Crafter recorder folder gives one run per recorded episode file.
+    ``root`` may be a URL of object storage: the runs of its local mirror are returned."""
+    root = local_path(root)
     found: list[Path] = []
 
     def walk(d: Path, depth: int) -> None:

@@ -18,7 +18,8 @@ under a per-user cache folder so that reopening an unchanged run costs a file re
 - Entries are written to a temporary file and renamed into place (``os.replace``), and
   only when the file's stat did not change while it was read and it was last modified more
   than ``RACY_SECONDS`` ago (a file written in the same clock tick could change without its
-  stat changing).
+  stat changing), unless its writer is done with it: ``loaders.cachedread.fill_closed_run``
+  fills the cache when a run is closed, and says why that is sound.
 - The folder is kept under ``$MFM_CACHE_MAX_MB`` (default 1024 MB): after each write the
   least recently used entries beyond it are deleted (a hit refreshes an entry's time).
 
@@ -45,7 +46,8 @@ CACHE_VERSION = 1
 """Bump when what an entry holds or how it is laid out changes."""
 MAGIC = b"MFMTCACH"
 RACY_SECONDS = 2.0
-"""Files modified more recently than this are read but not cached."""
+"""Files modified more recently than this are read but not cached (except for a closed run:
+``loaders.cachedread.fill_closed_run``)."""
 OFF = ("off", "0", "no", "false", "none")
 SUFFIX = ".mfmc"
 _HEAD = struct.Struct("<8sII")

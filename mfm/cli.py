@@ -14,11 +14,13 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from mfm.agent.config import ABLATIONS, METHODS, PERCEPTIONS, POLICIES
+from mfm.objectstore import is_url
 
 EXTRAS = {"read": ("pandas", "duckdb", "pyarrow"),
           "dashboard": ("pandas", "duckdb", "pyarrow", "streamlit", "plotly", "altair", "vl_convert"),
           "llm": ("openai",),
           "ray": ("ray",),
+          "s3": ("s3fs",),
           "notebook": ("pandas", "duckdb", "pyarrow", "streamlit", "plotly", "altair", "vl_convert", "jupyterlab",
                        "ipykernel", "anywidget", "ipywidgets", "nbclient", "nbformat", "nbconvert")}
 """The modules (import names) each extra of pyproject.toml installs, with those of the extras it includes."""
@@ -32,9 +34,16 @@ def missing_extra(command: str, extra: str) -> bool:
     return True
 
 
+def missing_store(command: str, *places: str | None) -> bool:
+    """:func:`missing_extra` of the s3 extra when a place is a URL of object storage."""
+    return any(p is not None and is_url(p) for p in places) and missing_extra(command, "s3")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Print every problem of each run with file:line; exit 1 if any is an error. Large clean
     tables go through the fast path when the read extra is installed (the same output)."""
+    if missing_store("validate", *args.runs):
+        return 2
     try:
         from loaders.cachedread import validate
     except ImportError:
@@ -42,7 +51,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     worst = 0
     for run in args.runs:
-        c = validate(Path(run), frames=args.frames)
+        if is_url(run):
+            if missing_extra("validate", "read"):
+                return 2
+            from loaders.remote import validate_remote
+
+            try:
+                c = validate_remote(run, frames=args.frames)
+            except (OSError, ValueError) as e:
+                print(f"mfm validate: {e}", file=sys.stderr)
+                return 2
+        else:
+            c = validate(Path(run), frames=args.frames)
         errors = len(c.errors)
         warnings = len(c.problems) - errors
         for p in c.problems:
@@ -56,6 +76,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """Start the Streamlit dashboard on a runs root."""
+    if missing_store("dashboard", args.root):
+        return 2
     if missing_extra("dashboard", "dashboard"):
         return 2
     app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
@@ -63,8 +85,16 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         import dashboard
 
         app = Path(dashboard.__file__).resolve().parent / "app.py"
-    root = Path(args.root).resolve()
-    if not root.is_dir():
+    root = args.root if is_url(args.root) else Path(args.root).resolve()
+    if is_url(root):
+        from loaders.run import find_runs
+
+        try:
+            print(f"mfm dashboard: {root}: {len(find_runs(root))} runs listed")
+        except (OSError, ValueError) as e:
+            print(f"mfm dashboard: {e}", file=sys.stderr)
+            return 2
+    elif not root.is_dir():
         print(f"mfm dashboard: runs root {root} is not a folder", file=sys.stderr)
         return 2
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port),
@@ -76,18 +106,41 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Convert a foreign run (or ours) into our run format, then validate what was written."""
+    if missing_store("import", args.src, args.dest):
+        return 2
     if missing_extra("import", "read"):
         return 2
     from loaders.cachedread import validate
     from loaders.convert import import_runs
 
+    from loaders.run import local_path
+
+    dest = args.dest
     try:
-        written = import_runs(Path(args.src), Path(args.dest))
+        if is_url(dest):
+            from mfm.objectstore import fresh_staging, is_empty
+
+            if not is_empty(dest):
+                raise ValueError(f"{dest} already holds files; choose another destination")
+            stage = fresh_staging(dest)
+            written = import_runs(local_path(args.src), stage)
+        else:
+            written = import_runs(local_path(args.src), Path(dest))
     except (ValueError, OSError) as e:
         print(f"mfm import: {e}", file=sys.stderr)
         return 2
     for d in written:
         c = validate(d)
+        if is_url(dest):
+            from mfm.objectstore import done_staging, join, upload_tree
+
+            rel = d.relative_to(stage).as_posix()
+            d = join(dest, rel) if rel != "." else dest
+            try:
+                upload_tree(stage / rel, d)
+            except OSError as e:
+                print(f"mfm import: {d}: {e}; the converted run is kept in {stage / rel}", file=sys.stderr)
+                return 1
         print(f"{d}: {len(c.tables['index.jsonl'])} episodes, {len(c.tables['steps.jsonl'])} steps; "
               f"{len(c.errors)} error(s), {len(c.problems) - len(c.errors)} warning(s)")
         source = (c.manifest.config.get("imported_from") or {}) if c.manifest else {}
@@ -96,11 +149,15 @@ def cmd_import(args: argparse.Namespace) -> int:
             print(f"  left out of the source: {p}")
         if source.get("problem_count", 0) > len(listed):
             print(f"  ... {source['problem_count']} problems in the source in all")
+    if is_url(dest):
+        done_staging(stage)
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the memory-driven Crafter agent and write a run directory."""
+    if missing_store("run", args.out):
+        return 2
     if args.policy == "llm" and missing_extra("run", "llm"):
         return 2
     from mfm.agent.config import RunConfig
@@ -125,8 +182,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"mfm run: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path("runs") / config.run_name
-    config = dataclasses.replace(config, out=out)
+    out = args.out if is_url(args.out) else Path(args.out) if args.out else Path("runs") / config.run_name
+    upload = None
+    if isinstance(out, str):
+        from mfm.objectstore import StoreError, Uploader, fresh_staging, is_empty
+
+        try:
+            if not is_empty(out):
+                print(f"mfm run: {out} already holds files; choose another --out", file=sys.stderr)
+                return 2
+            upload = Uploader(fresh_staging(out), out)
+        except (StoreError, OSError) as e:
+            print(f"mfm run: {e}", file=sys.stderr)
+            return 2
+    config = dataclasses.replace(config, out=upload.local if upload else out)
     argv = ["mfm", *sys.argv[1:]] if args.command_argv is None else args.command_argv
     try:
         runner = Runner(config, command=command_line(argv), progress=not args.quiet)
@@ -137,12 +206,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"mfm run: {e.describe()}: the run could not start", file=sys.stderr)
         return 1
     failed: WriteError | None = None
+    if upload is not None:
+        upload.start()
     try:
         runner.run()
     except KeyboardInterrupt:
         pass
     except WriteError as e:
         failed = e
+    if upload is not None:
+        try:
+            upload.close()
+        except StoreError as e:
+            print(f"mfm run: {e}; the whole run is kept in {upload.local} (upload it with "
+                  f"mfm import {upload.local} {out})", file=sys.stderr)
+            return 1
+        from mfm.objectstore import done_staging
+
+        done_staging(upload.local)
     m = runner.writer.manifest
     s = runner.summary()
     reached = [n for n in m.milestone_order if n in m.milestones]
@@ -158,7 +239,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"stopped at step {s['steps']}, but run.json could not be updated (it still says {on_disk})")
         print(f"mfm run: {failed.describe()}: {closed}; earlier episodes are intact", file=sys.stderr)
         return 1
+    if upload is None and m.status in ("finished", "interrupted"):
+        fill_table_cache(out)
     return 0 if m.status == "finished" else 130
+
+
+def fill_table_cache(run_dir: Path) -> None:
+    """Fill the loaders' table cache for a run just closed, so that its first open in the
+    dashboard is a reopen (``loaders.cachedread.fill_closed_run``); nothing without the read extra."""
+    try:
+        from loaders.cachedread import fill_closed_run
+    except ImportError:
+        return
+    try:
+        fill_closed_run(run_dir)
+    except KeyboardInterrupt:
+        pass
 
 
 def _csv(text: str) -> list[str]:
@@ -167,6 +263,8 @@ def _csv(text: str) -> list[str]:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run every (method, seed) and (mfm + ablation, seed) not yet finished; 1 if any crashed."""
+    if missing_store("sweep", args.out):
+        return 2
     from mfm.sweep import plan, run_sweep
 
     methods = _csv(args.methods)
@@ -186,7 +284,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.address and args.backend != "ray":
         print("mfm sweep: --address needs --backend ray", file=sys.stderr)
         return 2
-    jobs = plan(args.task, methods, seeds, Path(args.out), args.steps, ablations=ablations,
+    jobs = plan(args.task, methods, seeds, args.out.rstrip("/") if is_url(args.out) else Path(args.out), args.steps,
+                ablations=ablations,
                 fixed_clock=args.fixed_clock)
     if args.backend == "ray":
         from mfm.sweep_ray import RayBackend
@@ -206,11 +305,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     """Print the comparison tables (milestones, retargeting, interaction, retrieval reach)."""
+    if missing_store("results", args.root):
+        return 2
     if missing_extra("results", "read"):
         return 2
     from loaders.compare import report
 
-    text = report(Path(args.root), task=args.task)
+    text = report(args.root if is_url(args.root) else Path(args.root), task=args.task)
     print(text)
     return 0 if text.strip() else 1
 
@@ -218,6 +319,8 @@ def cmd_results(args: argparse.Namespace) -> int:
 def cmd_figures(args: argparse.Namespace) -> int:
     """Write the standard paper figures per task (SVG, PDF, PNG, their data as CSV and a JSON
     manifest each) and the paper's tables (LaTeX and CSV)."""
+    if missing_store("figures", *args.paths):
+        return 2
     if missing_extra("figures", "dashboard"):
         return 2
     from dashboard.figures import write_figures
@@ -241,6 +344,11 @@ def cmd_echo(args: argparse.Namespace) -> int:
     from mfm.echo.measure import find_runs, summary_json, table
     from mfm.memory.appendlog import WriteError
 
+    place = args.out if args.echo_command == "run" else args.root
+    if is_url(place):
+        print(f"mfm echo {args.echo_command}: Echo runs are local folders only (object storage is not supported "
+              f"for them yet): {place}", file=sys.stderr)
+        return 2
     if args.echo_command == "run":
         try:
             configs = list(iter_configs(args.configs))

@@ -643,6 +643,11 @@ def read_manifest(run_dir: Path) -> tuple[RunManifest | None, list[Problem]]:
         return None, [Problem(MANIFEST, 0, "missing: this folder has no run manifest")]
     except OSError as e:
         return None, [Problem(MANIFEST, 0, f"cannot read: {e.strerror or e}")]
+    return parse_manifest(raw)
+
+
+def parse_manifest(raw: bytes) -> tuple[RunManifest | None, list[Problem]]:
+    """Check the bytes of a ``run.json`` (wherever they were read); (manifest or None, problems)."""
     try:
         obj = parse_json(raw)
     except JSONError as e:

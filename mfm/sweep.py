@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Callable, Protocol, TextIO
 
 from mfm.memory.appendlog import now_iso, write_atomic
-from mfm.schema import read_manifest
+from mfm.objectstore import cache_root, is_empty, join, move_tree, name_of, read_bytes, url_hash, write_bytes
+from mfm.schema import RunManifest, parse_manifest, read_manifest
 
 
 @dataclass(frozen=True)
@@ -35,20 +36,33 @@ class Job:
     task: str
     method: str
     seed: int
-    out: Path
+    out: Path | str
+    """The run folder, or its URL in object storage (``s3://...``, ``mfm.objectstore``)."""
     steps: int | None = None
     extra: tuple[str, ...] = ()
     ablations: tuple[str, ...] = ()
     fixed_clock: bool = True
 
     @property
+    def remote(self) -> bool:
+        return isinstance(self.out, str)
+
+    @property
     def name(self) -> str:
-        return self.out.name
+        return name_of(self.out) if isinstance(self.out, str) else self.out.name
 
     @property
     def log(self) -> Path:
-        """Where the run's output goes: ``OUT/<name>.log``, beside its folder."""
+        """Where the run's output goes: ``OUT/<name>.log``, beside its folder; for a run in
+        object storage a local file, uploaded there (:attr:`log_url`) when the run ends."""
+        if isinstance(self.out, str):
+            return cache_root() / "sweeps" / url_hash(self.out.rsplit("/", 1)[0]) / f"{self.name}.log"
         return self.out.parent / f"{self.name}.log"
+
+    @property
+    def log_url(self) -> str:
+        """``OUT/<name>.log`` of a run in object storage."""
+        return f"{str(self.out).rsplit('/', 1)[0]}/{self.name}.log"
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "mfm.cli", "run", "--task", self.task, "--method", self.method,
@@ -67,36 +81,67 @@ def job_name(task: str, method: str, seed: int, ablations: tuple[str, ...] = ())
     return f"{task}_{'-'.join([method, *ablations])}_s{seed}"
 
 
-def plan(task: str, methods: list[str], seeds: list[int], out: Path, steps: int | None = None,
+def plan(task: str, methods: list[str], seeds: list[int], out: Path | str, steps: int | None = None,
          extra: tuple[str, ...] = (), ablations: list[str] | tuple[str, ...] = (),
          fixed_clock: bool = True) -> list[Job]:
     """Every (method, seed) job, then every (mfm + one ablation, seed) job, in a stable order
     (seeds interleaved, so that a partial sweep has every method on the first seeds)."""
-    jobs = [Job(task, m, s, out / job_name(task, m, s), steps, extra, (), fixed_clock)
+    def at(name: str) -> Path | str:
+        return join(out, name) if isinstance(out, str) else out / name
+
+    jobs = [Job(task, m, s, at(job_name(task, m, s)), steps, extra, (), fixed_clock)
             for s in seeds for m in methods]
-    jobs += [Job(task, "mfm", s, out / job_name(task, "mfm", s, (a,)), steps, extra, (a,), fixed_clock)
+    jobs += [Job(task, "mfm", s, at(job_name(task, "mfm", s, (a,))), steps, extra, (a,), fixed_clock)
              for s in seeds for a in ablations]
     return jobs
 
 
 def state(job: Job) -> tuple[str, int, int]:
     """(status, last step, milestones reached) of a job's run directory, from its manifest."""
-    m, _ = read_manifest(job.out)
+    m = _manifest(job)
     if m is None:
-        return ("pending" if not job.out.exists() else "unreadable", 0, 0)
+        return ("pending" if _empty(job) else "unreadable", 0, 0)
     return m.status, m.last_step, len(m.milestones)
+
+
+def _manifest(job: Job) -> RunManifest | None:
+    if isinstance(job.out, str):
+        raw = read_bytes(join(job.out, "run.json"))
+        return None if raw is None else parse_manifest(raw)[0]
+    return read_manifest(job.out)[0]
+
+
+def _empty(job: Job) -> bool:
+    """Whether a job's run folder holds nothing (or is not there)."""
+    if isinstance(job.out, str):
+        return is_empty(job.out)
+    return not job.out.exists() or not any(job.out.iterdir())
 
 
 def mark_crashed(job: Job, reason: str) -> None:
     """Record in a run's manifest that its process died without closing it."""
-    m, _ = read_manifest(job.out)
+    m = _manifest(job)
     if m is not None and m.status == "running":
         m = dataclasses.replace(m, status="crashed", end_reason=reason, ended_at=now_iso())
-        write_atomic(job.out / "run.json", (m.to_json() + "\n").encode("utf-8"))
+        data = (m.to_json() + "\n").encode("utf-8")
+        if isinstance(job.out, str):
+            write_bytes(join(job.out, "run.json"), data)
+        else:
+            write_atomic(job.out / "run.json", data)
 
 
-def _set_aside(job: Job) -> Path:
+def _set_aside(job: Job) -> Path | str:
     """Move an unfinished run's folder (and log) to ``OUT/.failed/NAME.K``; return where."""
+    if isinstance(job.out, str):
+        base_url = join(job.out.rsplit("/", 1)[0], ".failed")
+        k = 1
+        while not is_empty(join(base_url, f"{job.name}.{k}")):
+            k += 1
+        move_tree(job.out, join(base_url, f"{job.name}.{k}"))
+        log = read_bytes(job.log_url)
+        if log is not None:
+            write_bytes(join(base_url, f"{job.name}.{k}.log"), log)
+        return join(base_url, f"{job.name}.{k}")
     base = job.out.parent / ".failed"
     base.mkdir(exist_ok=True)
     k = 1
@@ -167,7 +212,7 @@ def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, p
         st = state(j)[0]
         if st == "finished":
             final[j.name] = "skipped (finished)"
-        elif j.out.exists() and any(j.out.iterdir()):
+        elif not _empty(j):
             if retry:
                 _set_aside(j)
                 todo.append(j)
@@ -182,7 +227,7 @@ def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, p
     while todo or running:
         while todo and len(running) < parallel:
             j = todo.pop(0)
-            j.out.parent.mkdir(parents=True, exist_ok=True)
+            (j.log if j.remote else j.out).parent.mkdir(parents=True, exist_ok=True)
             running[j.name] = (j, backend(j))
             if running[j.name][1].started:
                 started[j.name] = time.monotonic()
@@ -202,6 +247,8 @@ def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, p
                 code, why = end
             changed = True
             launch.close()
+            if j.remote and j.log.is_file():
+                write_bytes(j.log_url, j.log.read_bytes())
             if code != 0:
                 mark_crashed(j, why)
             final[name] = state(j)[0] if code == 0 else f"crashed ({why}; see {j.name}.log)"

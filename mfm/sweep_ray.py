@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mfm.objectstore import is_url, read_bytes, write_bytes
+
 DIE_WITH_PARENT = ("import ctypes, os, signal, sys\n"
                    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
                    "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"
@@ -33,15 +35,19 @@ the kernel kills the process when the worker that started it dies, however it di
 ``mfm run`` goes on writing into a run the sweep has marked crashed."""
 
 
-def run_on_worker(cmd: list[str], out: str, log: str) -> int:
+def run_on_worker(cmd: list[str], out: str, log: str, log_url: str | None = None) -> int:
     """The Ray task: run one job's ``mfm run`` command line as a child of this worker, its
-    output to ``log``; return its exit code. The command's Python is this node's."""
+    output to ``log``; return its exit code. The command's Python is this node's. For a run
+    in object storage (``out`` a URL) the log is also put at ``log_url``, when the run starts
+    and when it ends, so a driver on another node sees it."""
     cmd = [sys.executable, *cmd[1:]]
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(log if is_url(out) else out).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w", encoding="utf-8") as f:
         f.write("$ " + shlex.join(cmd) + "\n")
         f.write(f"# ray task on {socket.gethostname()}, worker pid {os.getpid()}\n")
         f.flush()
+        if log_url:
+            write_bytes(log_url, Path(log).read_bytes())
         argv = [cmd[0], "-c", DIE_WITH_PARENT, str(os.getpid()), *cmd] if sys.platform.startswith("linux") else cmd
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
@@ -54,6 +60,9 @@ def run_on_worker(cmd: list[str], out: str, log: str) -> int:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            if log_url:
+                f.flush()
+                write_bytes(log_url, Path(log).read_bytes())
 
 
 class RayTask:
@@ -63,13 +72,14 @@ class RayTask:
         self.ray = ray
         self.log = Path(job.log).absolute()
         self.log.unlink(missing_ok=True)  # the task writes it first: its presence means under way
-        out = Path(job.out).absolute()
+        self.log_url = job.log_url if job.remote else None
+        out = job.out if job.remote else Path(job.out).absolute()
         cmd = dataclasses.replace(job, out=out).command()
-        self.ref = remote.options(name=f"mfm run {out.name}").remote(cmd, str(out), str(self.log))
+        self.ref = remote.options(name=f"mfm run {job.name}").remote(cmd, str(out), str(self.log), self.log_url)
 
     @property
     def started(self) -> bool:
-        return self.log.exists()
+        return self.log.exists() or (self.log_url is not None and read_bytes(self.log_url) is not None)
 
     def poll(self) -> tuple[int, str] | None:
         if not self.ray.wait([self.ref], timeout=0)[0]:

@@ -152,6 +152,9 @@ class FileCheck:
     :meth:`run` checks the files on a second thread. A subclass may keep them elsewhere (the
     loaders' table cache: ``loaders.cachedread.CachedFileCheck``)."""
 
+    listing: frozenset[str] | None = None
+    """The files under ``episodes/`` when a subclass listed them elsewhere (object storage)."""
+
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
 
@@ -160,7 +163,7 @@ class FileCheck:
         return None
 
     def run(self, refs: list[EpisodeRef]) -> list[Problem]:
-        return _file_problems(self.run_dir, refs)
+        return _file_problems(self.run_dir, refs, self.listing)
 
 
 def validate(run_dir: Path, frames: bool = False, read: Callable[[Path, str], TableRead] = read_one_table,
@@ -225,9 +228,12 @@ def _episode_refs(c: RunContents) -> list[EpisodeRef]:
 OUTSIDE = "leads outside the run (through a symlink), refused"
 
 
-def _file_problems(run_dir: Path, refs: list[EpisodeRef]) -> list[Problem]:
+def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str] | None = None) -> list[Problem]:
     """Missing episode folders, record files and frame strips, files that lead outside the
     run through a symlink, and folders no index row names.
+
+    ``listing``: the run's files under ``episodes/`` as relative POSIX paths, when they were
+    listed elsewhere (a run in object storage, ``mfm.objectstore``); then nothing is stat'ed.
 
     One directory listing of ``episodes/`` and plain ``os.lstat`` calls on path strings (a
     pathlib object per file costs more than the system call); a file or episode folder that
@@ -236,14 +242,19 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef]) -> list[Problem]:
     and ``--frames`` reports it."""
     out: list[Problem] = []
     root = str(run_dir) + os.sep
-    try:
-        entries = {e.name: e.is_symlink() for e in os.scandir(root + "episodes") if e.is_dir()}
-    except OSError:
-        entries = {}
+    if listing is not None:
+        entries = {rel.split("/")[1]: False for rel in listing if rel.count("/") >= 2}
+    else:
+        try:
+            entries = {e.name: e.is_symlink() for e in os.scandir(root + "episodes") if e.is_dir()}
+        except OSError:
+            entries = {}
     indexed = set()
 
     def kind(rel: str, linked: bool) -> str:
         """``file``, ``missing``, ``outside`` or ``other`` (not a regular file)."""
+        if listing is not None:
+            return "file" if rel in listing else "missing"
         try:
             mode = os.lstat(root + rel).st_mode
         except (OSError, ValueError):
@@ -260,7 +271,7 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef]) -> list[Problem]:
     for n, ep, path, image, count in refs:
         indexed.add(path)
         parent, _, name = path.rpartition("/")
-        if (parent != "episodes" or name not in entries) and not (run_dir / path).is_dir():
+        if (parent != "episodes" or name not in entries) and (listing is not None or not (run_dir / path).is_dir()):
             out.append(Problem("index.jsonl", n, f"{ep}: episode folder {path} is missing"))
             continue
         folder_linked = entries.get(name, True) if parent == "episodes" else True

@@ -11,16 +11,16 @@ from loaders import run_pages
 runs_open, _ = ui.sidebar()
 root = ui.root()
 st.title("Runs")
-st.caption(f"Every run under the runs root {ui.md_code(root.name)} (nested folders included). Read-only: the "
+st.caption(f"Every run under the runs root {ui.md_code(ui.root_label())} (nested folders included). Read-only: the "
            "dashboard never runs code from a run folder.")
 
 if not root.is_dir():
-    st.error(f"The runs root {ui.md_code(root.name)} is not a folder. Start the dashboard with `mfm dashboard ROOT`.")
+    st.error(f"The runs root {ui.md_code(ui.root_label())} is not a folder. Start the dashboard with `mfm dashboard ROOT`.")
     st.stop()
 
 runs = ui.all_runs()
 if not runs:
-    st.info(f"No runs under {ui.md_code(root.name)} yet. A run folder holds `run.json` and `index.jsonl`; "
+    st.info(f"No runs under {ui.md_code(ui.root_label())} yet. A run folder holds `run.json` and `index.jsonl`; "
             "`mfm dashboard ROOT` points the dashboard at another folder.")
     st.stop()
 

@@ -169,3 +169,59 @@ def test_a_run_over_its_time_limit_is_cancelled_and_left_crashed(tmp_path: Path)
         m = manifest(out / "diamond_direct_s0")
         assert m["status"] == "crashed" and m["end_reason"] == "killed after 4 s" and m["last_step"] < 100000
     assert processes_writing(out / "diamond_direct_s0") == []
+
+
+@ray_test
+def test_a_ray_sweep_into_a_bucket_survives_a_killed_worker(s3, tmp_path: Path) -> None:
+    """The sweep's runs in object storage (a real S3-compatible server on loopback): a killed
+    Ray worker leaves its run crashed in the bucket (manifest and log), ``--retry`` sets it
+    aside under ``.failed/`` in the bucket and replaces it with a finished run."""
+    s3.mkdir("raysweep")
+    out = "s3://raysweep/sw"
+    err = open(tmp_path / "sweep.err", "w")
+    env = dict(os.environ, MFM_SYNC_SECONDS="0.5")
+    argv = sweep(out, "--steps", "100000", "--methods", "mfm")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+
+    def bucket_manifest() -> dict | None:
+        s3.invalidate_cache()
+        try:
+            return json.loads(s3.cat_file("raysweep/sw/diamond_mfm_s0/run.json"))
+        except FileNotFoundError:
+            return None
+
+    try:
+        hang = time.monotonic() + GUARD
+        while not ((m := bucket_manifest()) and m["last_step"] > 0):
+            assert time.monotonic() < hang and proc.poll() is None, (tmp_path / "sweep.err").read_text()
+            time.sleep(0.3)
+        pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                and b"s3://raysweep/sw/diamond_mfm_s0\0" in _cmdline(p) and b"mfm.cli\0run\0" in _cmdline(p)]
+        worker = parent(pids[0])
+        assert (Path("/proc") / str(worker) / "cmdline").read_bytes().startswith(b"ray::")
+        os.kill(worker, signal.SIGKILL)
+        stdout, _ = proc.communicate(timeout=GUARD)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and statuses(stdout)["diamond_mfm_s0"].startswith("crashed (ray task failed: ")
+    m = bucket_manifest()
+    assert m["status"] == "crashed" and 0 < m["last_step"] < 100000
+    assert s3.cat_file("raysweep/sw/diamond_mfm_s0.log").startswith(b"$ ")
+
+    retried = finish(sweep(out, "--steps", "100", "--methods", "mfm", "--retry"))
+    assert retried.returncode == 0, retried.stderr
+    assert statuses(retried.stdout) == {"diamond_mfm_s0": "finished"}
+    m = bucket_manifest()
+    assert m["status"] == "finished" and m["last_step"] == 100
+    aside = json.loads(s3.cat_file("raysweep/sw/.failed/diamond_mfm_s0.1/run.json"))
+    assert aside["status"] == "crashed"
+    assert s3.exists("raysweep/sw/.failed/diamond_mfm_s0.1.log")
+
+
+def _cmdline(p: Path) -> bytes:
+    """A process's command line (NUL-separated), empty if it is gone."""
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -5,6 +5,9 @@ from pathlib import Path
 
 from loaders.sources import DirSource, Source
 
+RUN_MARK = ".mfm-remote.json"
+"""A run mirrored from object storage (``loaders.remote``) holds this file."""
+
 
 def detect(path: Path) -> str | None:
     """``mfm`` (ours or an original MFM run folder), ``mfm-export``, ``crafter-recorder``, or
@@ -33,4 +36,8 @@ def source_for(path: Path) -> Source:
         from loaders.formats.crafter_recorder import RecorderSource
 
         return RecorderSource(path)
+    if (path / RUN_MARK).is_file():
+        from loaders.remote import RemoteSource
+
+        return RemoteSource(path)
     return DirSource(path)
