@@ -44,8 +44,10 @@ link from the Runs page opens it):
 
 and the **frame step**: the Timeline page on an episode with enough frames, the step slider
 focused, ``ArrowRight`` pressed: the time from the keydown to the first animation frame
-at which the big frame image (the image in the page's columns) has a new ``src`` and is
-loaded (``step``), and to the page fully drawn as above (``step_drawn``).
+at which the scrubber's frame image has a new ``src`` and is loaded (``step``), and to the
+page fully drawn as above (``step_drawn``). The scrubber steps in the browser
+(``dashboard.scrubber``) and tells the server the step only once the user pauses, so a
+step involves no script run; the baseline app's frame is an ``st.image`` redrawn by a run.
 
 Besides, for each measurement, when the script finished (``script``: the action to the
 last ``notRunning``) so that the time splits into the server's part (sending the action,
@@ -154,13 +156,16 @@ async ({since, quiet, timeout, needRun}) => {
 """ % PAINTED.strip()
 
 BIG_IMAGE = '[data-testid="stMain"] [data-testid="stColumn"] [data-testid="stImage"] img'
+"""The frame of the bare-Streamlit baseline app (an ``st.image`` in a column)."""
+SCRUB_IMAGE = "img.mfm-scrub-frame"
+"""The frame of the Timeline's scrubber (``dashboard.scrubber``)."""
 
 NEW_FRAME = """
-async ({old, timeout}) => {
+async ({old, timeout, image}) => {
   const start = performance.now();
   return await new Promise((resolve) => {
     const tick = () => {
-      const i = document.querySelector('%s');
+      const i = document.querySelector(image);
       if (i && i.src !== old && i.complete && i.naturalWidth > 0) { resolve({t: performance.now(), src: i.src}); return; }
       if (performance.now() - start > timeout) { resolve({timeout: true}); return; }
       requestAnimationFrame(tick);
@@ -168,7 +173,7 @@ async ({old, timeout}) => {
     requestAnimationFrame(tick);
   });
 }
-""" % BIG_IMAGE
+"""
 
 
 def free_port() -> int:
@@ -282,18 +287,18 @@ def open_by_click(pg, page: str) -> dict:
             "script_runs": r["runs"], "errors": _errors(pg)}
 
 
-def frame_steps(pg, n: int, label: str = SLIDER) -> list[dict]:
+def frame_steps(pg, n: int, label: str = SLIDER, image: str = SCRUB_IMAGE) -> list[dict]:
     """``n`` presses of ArrowRight on the Timeline's step slider (the slider ``label``; the
-    page drawn before each); per press, the keydown to the new frame painted and to the
-    page drawn (ms)."""
+    page drawn before each); per press, the keydown to the new frame (the ``image``
+    selector) painted and to the page drawn (ms)."""
     slider = pg.get_by_role("slider", name=label)
     out = []
     for _ in range(n):
         slider.focus()
-        old = pg.locator(BIG_IMAGE).first.get_attribute("src")
+        old = pg.locator(image).first.get_attribute("src")
         pg.keyboard.press("ArrowRight")
         t0 = pg.evaluate("() => window.__mfm.key")
-        f = pg.evaluate(NEW_FRAME, {"old": old, "timeout": TIMEOUT_S * 1000})
+        f = pg.evaluate(NEW_FRAME, {"old": old, "timeout": TIMEOUT_S * 1000, "image": image})
         if f.get("timeout"):
             raise RuntimeError(f"the frame did not change in {TIMEOUT_S:.0f} s after ArrowRight")
         r = _wait_drawn(pg, t0, "frame step", need_run=False)
@@ -386,7 +391,7 @@ def baseline(repeats: int = 10, steps: int = 20, log_dir: Path | None = None) ->
                 out.update(_stats("baseline_link_s", [m["ms"] for m in links[1:]]))
                 out.update(_stats("baseline_link_connect_s", [m["connect_ms"] for m in links[1:]], full=False))
                 if steps:
-                    st = frame_steps(pg, steps, label="Step")
+                    st = frame_steps(pg, steps, label="Step", image=BIG_IMAGE)
                     out.update(_stats("baseline_frame_step_ms", [s["ms"] for s in st], 1.0))
                     out.update(_stats("baseline_frame_step_drawn_ms", [s["drawn_ms"] for s in st], 1.0, full=False))
                 ctx.close()

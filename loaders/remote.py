@@ -24,6 +24,7 @@ import json
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from loaders.sources import DirSource
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord
 from mfm.objectstore import StoreError, cache_root, filesystem, is_url, url_hash
-from mfm.schema import IndexRow
+from mfm.schema import IndexRow, Problem
 from mfm.validate import FileCheck, RunContents
 
 ROOT_MARK = ".mfm-remote-root.json"
@@ -43,6 +44,8 @@ TTL = 5.0
 ROOT_TTL = 30.0
 """Seconds a runs root's listing is trusted (new runs appear within this)."""
 MAX_DEPTH = 6
+LISTERS = 16
+"""Folders listed at once when a root is walked (each listing is one request)."""
 LISTED = ("run.json", "lives.jsonl")
 """Fetched for every run when the root is listed (the runs table reads them)."""
 _seen: dict[str, float] = {}
@@ -139,7 +142,8 @@ def mirror_root(url: str, force: bool = False) -> Path:
     try:
         fs.invalidate_cache(path)
 
-        def walk(rel: str, depth: int) -> None:
+        def visit(rel: str) -> list[str]:
+            """Mirror the run at ``rel``, or return the sub-folders to look in."""
             here = f"{path}/{rel}" if rel else path
             files, dirs = _list_run(fs, here)
             if "run.json" in files or "index.jsonl" in files:
@@ -149,13 +153,15 @@ def mirror_root(url: str, force: bool = False) -> Path:
                 m["url"] = f"{url.rstrip('/')}/{rel}" if rel else url.rstrip("/")
                 _sync_files(fs, here, run_local, {n: files[n] for n in LISTED if n in files}, m)
                 _write_mark(run_local / RUN_MARK, m)
-                return
-            if depth < MAX_DEPTH:
-                for d in sorted(dirs):
-                    if not d.startswith(".") and safe_rel(d):
-                        walk(f"{rel}/{d}" if rel else d, depth + 1)
+                return []
+            return [f"{rel}/{d}" if rel else d for d in sorted(dirs) if not d.startswith(".") and safe_rel(d)]
 
-        walk("", 0)
+        level = [""]
+        with ThreadPoolExecutor(max_workers=LISTERS) as pool:
+            for _ in range(MAX_DEPTH + 1):
+                level = [sub for subs in pool.map(visit, level) for sub in subs]
+                if not level:
+                    break
     except FileNotFoundError:
         raise StoreError(f"{url}: no such bucket or prefix") from None
     except OSError as e:
@@ -198,18 +204,42 @@ def sync_run(local: Path, force: bool = False) -> None:
 
 
 class ListedFileCheck(FileCheck):
-    """The file checks of a mirrored run, against one listing of its ``episodes/`` in the bucket."""
+    """The file checks of a mirrored run, against one listing of its ``episodes/`` in the
+    bucket, made only when needed: the problems found are kept in the mirror with the
+    ``index.jsonl`` they were found for (its size and ETag in the bucket), and reused while
+    it is the same (an episode's files never change once its row is written; as the local
+    file checks' cache, a file deleted from the bucket behind an unchanged index is not seen)."""
 
     def __init__(self, run_dir: Path) -> None:
         super().__init__(run_dir)
-        url = _read_mark(run_dir / RUN_MARK).get("url", "")
-        fs, path = filesystem(url)
+        self.mark = _read_mark(run_dir / RUN_MARK)
+        self.key = self.mark.get("files", {}).get("index.jsonl")
+
+    def known(self) -> list[Problem] | None:
+        kept = self.mark.get("file_check")
+        if not isinstance(kept, dict) or self.key is None or kept.get("key") != self.key:
+            return None
+        try:
+            return [Problem(str(f), int(n), str(m), str(s)) for f, n, m, s in kept["problems"]]
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def run(self, refs: list) -> list[Problem]:
+        fs, path = filesystem(str(self.mark.get("url", "")))
         fs.invalidate_cache(f"{path}/episodes")
         try:
             keys = fs.find(f"{path}/episodes")
         except FileNotFoundError:
             keys = []
         self.listing = frozenset(k[len(path) + 1:] for k in keys)
+        out = super().run(refs)
+        if self.key is not None:
+            mark = _read_mark(self.run_dir / RUN_MARK)
+            if mark.get("files", {}).get("index.jsonl") == self.key:
+                mark["file_check"] = {"key": self.key, "problems": [[p.file, p.line, p.message, p.severity]
+                                                                    for p in out]}
+                _write_mark(self.run_dir / RUN_MARK, mark)
+        return out
 
 
 class RemoteSource(DirSource):

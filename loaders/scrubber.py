@@ -13,6 +13,7 @@ life's steps, positions and turns, needs nothing beyond the loaders.
 from __future__ import annotations
 
 import bisect
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 
 from loaders.display import FRAME_ERRORS, data_uri, esc, img
 from loaders.run import Run
+from loaders.run_pages import episode_holding, frame_at
 from mfm.schema import TurnRow
 
 SCALE = 4
@@ -108,6 +110,49 @@ class LifeFrames:
     def frame(self, index: int) -> np.ndarray:
         """The frame of the ``index``-th step (decoded now; FrameError if unreadable)."""
         return self.run.frame(self.steps[index])
+
+
+def episode_scrub(run: Run, episode: str) -> tuple[int, list[str], list[list[str]]]:
+    """What the dashboard's frame scrubber (``dashboard.scrubber``) sends for one episode:
+    :func:`steps_scrub` over the steps of its frames (nothing for an episode without)."""
+    ref = run.episode(episode)
+    if ref is None or not ref.frames:
+        return 0, [], []
+    return steps_scrub(run, ref.first_step + 1, ref.first_step + ref.frames, ref.life)
+
+
+def steps_scrub(run: Run, lo: int, hi: int, life: int) -> tuple[int, list[str], list[list[str]]]:
+    """The frames of ``life`` at the steps ``lo..hi`` that have one, for the dashboard's
+    frame scrubber: the first such step, each frame as a PNG ``data:`` URI (the stored
+    pixels), and per step the lines shown beside it (step; position, action and vitals;
+    inventory; the turn), as the notebook scrubber words them. Steps are consecutive from
+    the first (a step without a frame ends the range). FrameError if a frame cannot be read."""
+    steps = run.steps()
+    rows = steps[(steps["step"] >= lo) & (steps["step"] <= hi) & (steps["life"] == life)].drop_duplicates("step")
+    trace = {int(r["step"]): r for r in rows.to_dict("records")}
+    turns = sorted((t for t in run.records("turns.jsonl") if t.life == life and t.last_step >= lo
+                    and t.first_step < hi), key=lambda t: t.first_step)
+    held = {s for r in run.index.rows if r.life == life and r.frames and r.first_step < hi
+            and r.first_step + r.frames >= lo for s in range(r.first_step + 1, r.first_step + r.frames + 1)}
+    start = next((s for s in range(lo, hi + 1) if s in held), None)
+    uris: list[str] = []
+    captions: list[list[str]] = []
+    if start is None:
+        return 0, uris, captions
+    step = start
+    while step <= hi and step in held:
+        r = trace.get(step)
+        episode = episode_holding(run, step, life)
+        info = StepInfo(step=step, life=life, episode=episode.id if episode else None,
+                        position=None if r is None else (r["x"], r["y"]), action=None if r is None else r["action"],
+                        vitals={} if r is None else {k: int(r[k]) for k in ("health", "food", "drink", "energy")},
+                        turn=next((t for t in turns if t.first_step < step <= t.last_step), None))
+        inv = {} if r is None else (json.loads(r["inventory"]) if isinstance(r["inventory"], str) else r["inventory"])
+        have = ", ".join(f"{k} {v}" for k, v in (inv or {}).items() if v) or "empty"
+        captions.append([f"Step {step}", info.caption(), f"inventory: {have}", info.turn_text()])
+        uris.append(data_uri(frame_at(run, step, life), 1))
+        step += 1
+    return start, uris, captions
 
 
 ESM = """

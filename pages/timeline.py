@@ -1,14 +1,14 @@
 """Timeline: episodes over env steps, one lane per life, with marks; episode details and frames."""
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
 from dashboard import charts, figures, ui
 from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.theme import STATUS_LABELS
+from dashboard.scrubber import frame_scrubber
 from loaders import run_pages
+from loaders.scrubber import episode_scrub
 from mfm.boundary import UnsafePath
 from mfm.schema import IndexRow
 from mfm.memory.retrieval import FrameError
@@ -183,32 +183,32 @@ if row.frames:
         st.error(f"Frames of {ui.md(ep_id)} cannot be shown: {ui.md(e)}")
 
 
+scrub_data = ui.cached(episode_scrub, max_entries=16)
+
+
 @st.fragment
 def _scrubber(row: IndexRow) -> None:
-    """The episode's frames step by step. A fragment: moving the slider reruns only this part,
-    not the page and its whole-run chart (whose step line follows at the next full run)."""
+    """The episode's frames step by step, stepped in the browser (``dashboard.scrubber``): a
+    step paints at once; the step settled on comes back here (a fragment: only this part
+    reruns) to keep the URL and the link below in step."""
     lo_s, hi_s = row.first_step + 1, row.first_step + row.frames
-    scrub = ui.bound("w_step", "step", lo_s, lambda v: s if lo_s <= (s := int(v)) <= hi_s else None, sync=True)
-    if hi_s > lo_s:
-        st.slider("Step (scrub the episode's frames)", min_value=lo_s, max_value=hi_s, **scrub)
-    cur = st.session_state["w_step"]
-    a, b = st.columns([2, 3])
+    ui.bound("w_step", "step", lo_s, lambda v: s if lo_s <= (s := int(v)) <= hi_s else None, sync=True)
+
+    def moved() -> None:
+        got = (st.session_state.get("w_scrub") or {}).get("step")
+        if isinstance(got, int) and lo_s <= got <= hi_s:
+            st.session_state["w_step"] = got
+            ui.set_qp(step=got)
+
     try:
-        big = run_pages.upscale(ui.frame(run, step=cur, life=row.life), 320)
-        a.image(big, width=big.shape[1], caption=f"step {cur}", output_format="PNG")
+        start, frames, captions = scrub_data(run, row.id)
+        frame_scrubber(row.id, start, frames, captions, st.session_state["w_step"], "w_scrub", moved)
     except (FrameError, UnsafePath) as e:
-        a.error(f"Frame of step {cur} cannot be shown: {ui.md(e)}")
-    sr = run_pages.step_row(run, cur, life=row.life)
-    if sr:
-        b.markdown(f"**Step {cur}** · action {ui.md_code(sr['action'])} · " + ui.md(
-            f"position ({sr['x']}, {sr['y']}) · facing {sr['facing']} · reward {sr['reward']}"))
-        b.markdown(ui.md(f"health {sr['health']} · food {sr['food']} · drink {sr['drink']} · energy {sr['energy']}"))
-        inv = json.loads(sr["inventory"]) if isinstance(sr["inventory"], str) else sr["inventory"]
-        if inv:
-            b.markdown("inventory: " + ui.md(", ".join(f"{k} {v}" for k, v in inv.items() if v) or "empty"))
+        st.error(f"Frames of {ui.md(row.id)} cannot be shown: {ui.md(e)}")
+    cur = st.session_state["w_step"]
     prev = max(first, cur - 1)
-    b.page_link(ui.pages()["frames"], label="Compare with the previous step in Frames",
-                query_params=ui.link_params(frames=f"{key}:{prev},{key}:{cur}"))
+    st.page_link(ui.pages()["frames"], label=f"Compare step {cur} with the previous step in Frames",
+                 query_params=ui.link_params(frames=f"{key}:{prev},{key}:{cur}"))
 
 
 if row.frames:

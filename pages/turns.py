@@ -8,9 +8,11 @@ import streamlit as st
 
 from dashboard import ui
 from dashboard.core import parse_int
+from dashboard.scrubber import frame_scrubber
 from loaders import turns as tv
 from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, outline_groups
 from loaders.run_pages import upscale
+from loaders.scrubber import steps_scrub
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
@@ -95,6 +97,18 @@ with right:
         st.code("\n".join(f"{p.sign} ({p.x}, {p.y}) {p.label}" for p in v.plan), language="diff")
     else:
         st.caption("No plan before or after.")
+
+if v.last_step > v.first_step:
+    st.markdown("**The turn's steps, frame by frame**")
+    try:
+        start, frames, captions = ui.cached(steps_scrub, max_entries=16)(run, v.first_step + 1, v.last_step, v.life)
+        if frames:
+            frame_scrubber(f"turn {v.turn}", start, frames, captions, start, "w_turn_scrub",
+                           label="Step (scrub the turn's frames)")
+        else:
+            st.caption("No frame of this life is stored for the turn's steps.")
+    except (FrameError, UnsafePath) as e:
+        st.error(f"Frames of turn {v.turn} cannot be shown: {ui.md(e)}")
 
 if v.model is not None and len(v.model):
     st.markdown("**Model**")

@@ -435,3 +435,25 @@ def test_scrubber_in_jupyterlab(tmp_path):
     finally:
         stop_group(proc, 30)
         log.close()
+
+
+@pytest.mark.parametrize("ep_id", ["ep_000034", "ep_000035", "ep_000044"])
+def test_the_dashboard_scrubber_sends_the_stored_frames_and_the_steps_trace(ep_id):
+    """``episode_scrub`` (what the Timeline's in-browser scrubber gets): one PNG per step, the
+    pixels cut from the episode's WebP strips, and per step the position, action, vitals and
+    inventory of that step's row of ``steps.jsonl``, read here with ``json``."""
+    from loaders.scrubber import episode_scrub
+
+    run_dir = SAMPLES / "diamond_mfm_s2"
+    row = next(r for r in jsonl(run_dir / "index.jsonl") if r["id"] == ep_id)
+    first, frames, captions = episode_scrub(open_run(run_dir), ep_id)
+    steps = list(range(row["first_step"] + 1, row["first_step"] + row["frames"] + 1))
+    assert first == steps[0] and len(frames) == len(captions) == len(steps)
+    trace = {(t["step"], t["life"]): t for t in jsonl(run_dir / "steps.jsonl")}
+    for step, uri, lines in zip(steps, frames, captions):
+        assert np.array_equal(decode(uri), stored_frame(run_dir, step))
+        t = trace[(step, row["life"])]
+        assert lines[0] == f"Step {step}"
+        assert f"at ({t['x']}, {t['y']}) · action {t['action']} · h{t['health']} f{t['food']} d{t['drink']}" in lines[1]
+        held = sorted(f"{k} {v}" for k, v in t["inventory"].items() if v)
+        assert lines[2] == "inventory: " + (", ".join(held) or "empty")

@@ -239,3 +239,27 @@ def test_without_the_extra_a_url_is_one_line(monkeypatch: pytest.MonkeyPatch, ca
                  ["figures", "s3://b", "--out", str(tmp_path / "f")]):
         assert main(argv) == 2
         assert capsys.readouterr() == ("", f'mfm {argv[0]}: needs the s3 extra: pip install "mfm[s3]"\n')
+
+
+def test_file_checks_are_kept_until_the_bucket_index_changes(s3, tmp_path: Path) -> None:
+    """The file checks of a run in a bucket list its episodes once: a new process reopening
+    it reuses them while ``index.jsonl`` in the bucket is the same, and checks again when a
+    row is added there (here one naming an episode folder that is not in the bucket)."""
+    b = bucket(s3, "checks")
+    s3.put(str(SAMPLE), f"{b}/r", recursive=True)
+    code = ("import sys; from loaders.run import open_run; r = open_run(sys.argv[1]); "
+            "print('\\n'.join(str(p) for p in r.problems))")
+
+    def problems() -> list[str]:
+        out = subprocess.run([sys.executable, "-c", code, f"s3://{b}/r"], capture_output=True, text=True,
+                             timeout=GUARD, cwd=REPO)
+        assert out.returncode == 0, out.stderr
+        return [line for line in out.stdout.splitlines() if line]
+
+    assert problems() == []
+    rows = jsonl(SAMPLE / "index.jsonl")
+    extra = dict(rows[-1], id="ep_999999", path="episodes/ep_999999", first_step=rows[-1]["last_step"],
+                 last_step=rows[-1]["last_step"] + 1, image=None, frames=1)
+    s3.pipe_file(f"{b}/r/index.jsonl", (SAMPLE / "index.jsonl").read_bytes() + (json.dumps(extra) + "\n").encode())
+    again = problems()
+    assert any("ep_999999: episode folder episodes/ep_999999 is missing" in p for p in again), again

@@ -138,6 +138,10 @@ def test_turns_page(monkeypatch: pytest.MonkeyPatch) -> None:
     assert f"{n} episode(s) returned" in t
     assert "res:tree@15,29" in t
     assert at.selectbox(key="w_turn").value == 44
+    scrub = json.loads(at.get("bidi_component")[0].proto.json)
+    framed = sorted(s for e in _rows("index.jsonl") if e["life"] == 1 and e.get("frames")
+                    for s in range(e["first_step"] + 1, e["first_step"] + e["frames"] + 1) if 407 < s <= 427)
+    assert [c[0] for c in scrub["captions"]] == [f"Step {s}" for s in framed] and scrub["first"] == framed[0]
     nxt = next(b for b in at.button if b.label == "next death →")
     nxt.click().run()
     deaths = sorted(t["turn"] for t in _rows("turns.jsonl") if set(t["episodes"]) & {
