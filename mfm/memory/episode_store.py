@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 from PIL import Image
 
-from mfm.memory.appendlog import writing
+from mfm.memory.appendlog import write_file, writing
 from mfm.memory.retrieval import forget_pending, frame_hash, remember_pending, remember_written
 from mfm.schema import FRAMES_PER_CHUNK, IndexRow, StepRow, episode_id, frame_chunk
 
@@ -54,17 +54,20 @@ def encode_strip(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-ENCODER_NICE = 10
-"""How much the encoder thread yields the CPU to the agent's own threads (a nice increment,
-Linux only). The agent decodes frames with matrix products that numpy's BLAS splits over
-every core; at equal priority the encoder thread takes a core from a BLAS worker, which the
-main thread then waits for, and the agent's steps got up to 2.5x slower while an episode
-was being encoded (docs/benchmarks.md, figure 5). The encoder still gets a core whenever
-the agent waits or runs single-threaded Python, and all of one when a commit waits for it."""
+ENCODER_NICE = 0
+"""A nice increment for the encoder thread (Linux only; 0 leaves its priority alone). It was
+10 while the agent's frame decoder used numpy's BLAS, whose worker threads the encoder then
+took a core from; the decoder has not used BLAS since issue 23. On a busy machine a niced
+encoder is starved and the agent waits for it: on 3,000 steps under load, 10 kept the agent
+waiting 4.7-5.1 s for the previous commit and its commits took 14-16 s in all, 0 1.2-1.7 s
+and 7.7-8.8 s, for the same CPU (docs/benchmarks.md, figure 5)."""
 
 
 def _lower_priority() -> None:
-    """Initializer of the encoder thread: lower its scheduling priority where the OS allows."""
+    """Initializer of the encoder thread: lower its scheduling priority by ``ENCODER_NICE``
+    where the OS allows."""
+    if not ENCODER_NICE:
+        return
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + ENCODER_NICE)
     except (AttributeError, OSError):
@@ -89,6 +92,14 @@ def _write_strips(strips: list[tuple[Path, np.ndarray]]) -> None:
         remember_written(path, strip)
 
 
+def _mkdir(path: Path) -> None:
+    """Make the folder ``path`` (its parent exists); one that is already there is kept."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+
+
 @dataclass
 class _Commit:
     """What is left to write of a finalized episode: its records, images and, last, whatever
@@ -108,16 +119,24 @@ class _Commit:
             remember_pending(path, strip)
 
     def run(self) -> None:
+        """Write the records, then the images, then call ``then``. Each system call releases
+        the GIL, which the encoder thread then has to take back from the agent's thread, so
+        folders are made with one ``mkdir`` each and files written with three calls."""
         ep_dir = self.root / self.episode_path
         try:
             with writing(ep_dir):
-                (ep_dir / "state").mkdir(parents=True, exist_ok=True)
+                _mkdir(ep_dir)
+                _mkdir(ep_dir / "state")
                 for rel, obj in self.records:
-                    (ep_dir / rel).write_bytes(dump_json(obj))
-                _write_strips(self.strips)
+                    write_file(ep_dir / rel, dump_json(obj))
+                if self.strips:
+                    _mkdir(ep_dir / "frames")
+                for path, strip in self.strips:
+                    write_file(path, encode_strip(strip))
+                    remember_written(path, strip)
                 if self.observation is not None:
-                    (ep_dir / "observation").mkdir(exist_ok=True)
-                    (ep_dir / "observation" / "image.png").write_bytes(encode_png(self.observation))
+                    _mkdir(ep_dir / "observation")
+                    write_file(ep_dir / "observation" / "image.png", encode_png(self.observation))
         except BaseException:
             for path, _ in self.strips:
                 forget_pending(path)
@@ -207,8 +226,8 @@ class EpisodeStore:
     def wait(self) -> None:
         """Return once every finalized episode is on disk (re-raises a write error).
 
-        Commits the encoder thread has not started yet (it runs at a lower priority and may
-        not have had a core on a busy machine) are run here, in order, at the caller's priority."""
+        Commits the encoder thread has not started yet (it may not have had a core on a busy
+        machine) are run here, in order, by the caller's thread."""
         pending, self._pending = self._pending, []
         error: BaseException | None = None
         for f, commit in pending:
