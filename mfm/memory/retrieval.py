@@ -6,6 +6,7 @@ cues leave out) and by the dashboard (to show them). Nothing here writes.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -109,11 +110,13 @@ def read_png(path: Path, name: str | None = None) -> np.ndarray:
 
 
 def forget_decoded() -> None:
-    """Empty the decoded-image cache (benchmarks measure cold reads with it)."""
+    """Empty the decoded-image cache and the recent strips (benchmarks measure cold reads
+    with it)."""
     global _decoded_bytes
     with _decoded_lock:
         _decoded.clear()
         _decoded_bytes = 0
+    _forget_recent()
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -137,6 +140,7 @@ _written_lock = threading.Lock()
 def _note(path: Path, pixels: np.ndarray, stamp: tuple[int, int] | None) -> None:
     arr = np.ascontiguousarray(pixels, dtype=np.uint8)
     arr.setflags(write=False)
+    _forget_recent()
     global _written_bytes
     with _written_lock:
         old = _written.pop(str(path), None)
@@ -173,6 +177,7 @@ def remember_written(path: Path, pixels: np.ndarray) -> None:
 
 def forget_pending(path: Path) -> None:
     """Drop a strip noted by :func:`remember_pending` that was not written after all."""
+    _forget_recent()
     global _written_bytes
     with _written_lock:
         old = _written.pop(str(path), None)
@@ -182,10 +187,74 @@ def forget_pending(path: Path) -> None:
 
 def forget_written() -> None:
     """Drop every strip noted by :func:`remember_written` (later reads decode the files)."""
+    _forget_recent()
     global _written_bytes
     with _written_lock:
         _written.clear()
         _written_bytes = 0
+
+
+RECENT_BYTES = 32 * 1024 * 1024
+"""Pixel bytes of the frame strips :func:`episode_frame` read last and serves again without
+resolving their path (one ``stat`` checks that the path still leads to the same file). The
+arrays are those of the decoded-image cache, so this adds at most this much memory."""
+
+_recent: OrderedDict[tuple[str, str], tuple[tuple[int, int, int, int], np.ndarray]] = OrderedDict()
+_recent_bytes = 0
+_recent_generation = 0
+_recent_lock = threading.Lock()
+
+
+def _identity(path: str) -> tuple[int, int, int, int] | None:
+    """(device, inode, modification time in ns, size) of the file ``path`` leads to (through
+    symlinks), None if it cannot be seen."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _recent_strip(key: tuple[str, str]) -> np.ndarray | None:
+    """The strip :func:`episode_frame` read before for ``key`` (run folder, strip path as
+    given) if that path still leads to the very file it was read from (same device, inode,
+    modification time and size): the same path passed the path check then, and nothing is
+    read from the file now."""
+    with _recent_lock:
+        hit = _recent.get(key)
+        if hit is not None:
+            _recent.move_to_end(key)
+    if hit is None or hit[0] != _identity(os.path.join(*key)):
+        return None
+    return hit[1]
+
+
+def _keep_recent(key: tuple[str, str], identity: tuple[int, int, int, int] | None, strip: np.ndarray,
+                 generation: int) -> None:
+    """Keep a strip just read for ``key`` (least recently used go first past
+    :data:`RECENT_BYTES`); not if the file could not be seen before the read or the strips
+    were forgotten since it began."""
+    global _recent_bytes
+    if identity is None or strip.nbytes > RECENT_BYTES // 4:
+        return
+    with _recent_lock:
+        if generation != _recent_generation:
+            return
+        old = _recent.pop(key, None)
+        _recent_bytes += strip.nbytes - (old[1].nbytes if old else 0)
+        _recent[key] = (identity, strip)
+        while _recent_bytes > RECENT_BYTES:
+            _recent_bytes -= _recent.popitem(last=False)[1][1].nbytes
+
+
+def _forget_recent() -> None:
+    """Drop the recent strips (a strip noted as written or pending must be served from that
+    note, and a read under way is not kept)."""
+    global _recent_bytes, _recent_generation
+    with _recent_lock:
+        _recent.clear()
+        _recent_bytes = 0
+        _recent_generation += 1
 
 
 def _read_strip(path: Path, name: str) -> np.ndarray:
@@ -230,12 +299,19 @@ def check_end_frame(ref: IndexRow, frame: np.ndarray) -> None:
 
 
 def episode_frame(run_dir: Path, ref: IndexRow, i: int, size: int | None = None) -> np.ndarray:
-    """The ``i``-th per-step frame of an episode (step ``first_step + 1 + i``)."""
+    """The ``i``-th per-step frame of an episode (step ``first_step + 1 + i``). A strip read
+    lately is served from :func:`_recent_strip` (no path resolution, no cache lookups)."""
     if not 0 <= i < ref.frames:
         raise FrameError(f"{ref.id}: frame {i} out of range (it has {ref.frames})")
     chunk, row = frame_chunk(ref.path, i)
-    inside(run_dir, chunk)
-    strip = _read_strip(run_dir / chunk, chunk)
+    key = (os.fspath(run_dir), chunk)
+    strip = _recent_strip(key)
+    if strip is None:
+        generation = _recent_generation
+        inside(run_dir, chunk)
+        identity = _identity(os.path.join(*key))
+        strip = _read_strip(run_dir / chunk, chunk)
+        _keep_recent(key, identity, strip, generation)
     h = size or strip.shape[1]
     expected = min(FRAMES_PER_CHUNK, ref.frames - (i - row))
     if strip.shape[0] != expected * h:
