@@ -4,9 +4,10 @@ against the same files on disk, each in a fresh process, alternating.
 
     python -m bench.objectstore --run DIR [--sweep 48] [--repeats 3] [--frames 30]
 
-The bucket holds ``--sweep`` copies of the run's top-level files (manifest, tables, logs,
-``mine/``): what listing and opening read, since episodes are fetched on demand; and one
-copy with its episode folders for the frame reads. The disk side is hard-linked copies of
+One bucket holds ``--sweep`` copies of the run's top-level files (manifest, tables, logs,
+``mine/``): what listing and opening read, since episodes are fetched on demand; another
+one copy with its episode folders for opening and the frame reads (two buckets, because
+moto's in-memory listing scans every key of a bucket for each request). The disk side is hard-linked copies of
 the whole run (``bench.bench.make_sweep``). Figures: median and range over the repeats; the
 ratio is S3 over disk.
 """
@@ -98,17 +99,18 @@ def bench_objectstore(run: Path, n: int = 48, repeats: int = 3, frames: int = 30
         import fsspec
 
         fs = fsspec.filesystem("s3", skip_instance_cache=True)
-        fs.mkdir("bench")
+        fs.mkdir("bench-sweep")
+        fs.mkdir("bench-one")
         disk = make_sweep(run, tmp / "sweep", n)
         t = time.perf_counter()
         tops = [p for p in run.iterdir() if p.name != "episodes"]
         for d in sorted(disk.iterdir()):
             for p in tops:
                 src = d / p.name
-                fs.put(str(src), f"bench/sweep/{d.name}/{p.name}", recursive=src.is_dir())
-        fs.put(str(run), "bench/one/run", recursive=True)
+                fs.put(str(src), f"bench-sweep/sweep/{d.name}/{p.name}", recursive=src.is_dir())
+        fs.put(str(run), "bench-one/run", recursive=True)
         upload_s = time.perf_counter() - t
-        url, one = "s3://bench/sweep", "s3://bench/one/run"
+        url, one = "s3://bench-sweep/sweep", "s3://bench-one/run"
         rows: dict[str, list[float]] = {}
         extra: dict[str, float] = {}
         for rep in range(repeats):
