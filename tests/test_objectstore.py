@@ -210,7 +210,8 @@ def test_the_dashboard_opens_a_bucket(s3, monkeypatch: pytest.MonkeyPatch) -> No
 @pytest.mark.slow
 def test_a_sweep_writes_into_a_bucket_and_resumes_from_it(s3, tmp_path: Path) -> None:
     """``mfm sweep --out s3://...`` (local processes): runs and logs land in the bucket,
-    ``mfm results`` reads them as it reads the same sweep on disk, and a rerun skips them."""
+    ``mfm results`` and ``mfm figures`` read them as they read the same sweep on disk (the
+    same tables, the same data behind every figure), and a rerun skips them."""
     b = bucket(s3, "sweep")
     args = ["sweep", "--methods", "direct,mfm", "--seeds", "0", "--steps", "120", "--jobs", "2"]
     remote = mfm(*args, "--out", f"s3://{b}/sw")
@@ -226,6 +227,13 @@ def test_a_sweep_writes_into_a_bucket_and_resumes_from_it(s3, tmp_path: Path) ->
     assert got.stdout.replace(f"s3://{b}/sw", "ROOT") == want.stdout.replace(str(tmp_path / "sw"), "ROOT")
     again = mfm(*args, "--out", f"s3://{b}/sw")
     assert "diamond_mfm_s0: skipped (finished)" in again.stdout
+    for where, out in ((f"s3://{b}/sw", tmp_path / "figs_s3"), (str(tmp_path / "sw"), tmp_path / "figs_disk")):
+        made = mfm("figures", where, "--out", str(out))
+        assert made.returncode == 0, made.stderr
+    csvs = {p.relative_to(tmp_path / "figs_disk").as_posix() for p in (tmp_path / "figs_disk").rglob("*.csv")}
+    assert csvs and csvs == {p.relative_to(tmp_path / "figs_s3").as_posix() for p in (tmp_path / "figs_s3").rglob("*.csv")}
+    for rel in csvs:
+        assert (tmp_path / "figs_s3" / rel).read_text() == (tmp_path / "figs_disk" / rel).read_text(), rel
 
 
 def test_without_the_extra_a_url_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
