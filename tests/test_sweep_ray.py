@@ -56,6 +56,15 @@ def parent(pid: int) -> int:
     return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def kill_worker(child: int, sweep_proc: subprocess.Popen) -> str:
+    """Kill the Ray worker whose child is the ``mfm run`` process ``child``; the sweep's output
+    once it has ended."""
+    worker = parent(child)
+    assert (Path("/proc") / str(worker) / "cmdline").read_bytes().startswith(b"ray::")
+    os.kill(worker, signal.SIGKILL)
+    return sweep_proc.communicate(timeout=GUARD)[0]
+
+
 def ray_test(test):
     """Marks a test that starts a local Ray cluster: slow, and run only with the ray extra, on Linux."""
     test = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds processes in /proc")(test)
@@ -122,11 +131,7 @@ def test_killed_runs_are_left_crashed_and_retried(tmp_path: Path) -> None:
     proc = subprocess.Popen(sweep(out, "--steps", "100000"), stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         os.kill(under_way(direct, proc), signal.SIGKILL)
-        child = under_way(mfm, proc)
-        worker = parent(child)
-        assert (Path("/proc") / str(worker) / "cmdline").read_bytes().startswith(b"ray::")
-        os.kill(worker, signal.SIGKILL)
-        stdout, _ = proc.communicate(timeout=GUARD)
+        stdout = kill_worker(under_way(mfm, proc), proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -197,10 +202,7 @@ def test_a_ray_sweep_into_a_bucket_survives_a_killed_worker(s3, tmp_path: Path) 
             time.sleep(0.3)
         pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
                 and b"s3://raysweep/sw/diamond_mfm_s0\0" in _cmdline(p) and b"mfm.cli\0run\0" in _cmdline(p)]
-        worker = parent(pids[0])
-        assert (Path("/proc") / str(worker) / "cmdline").read_bytes().startswith(b"ray::")
-        os.kill(worker, signal.SIGKILL)
-        stdout, _ = proc.communicate(timeout=GUARD)
+        stdout = kill_worker(pids[0], proc)
     finally:
         if proc.poll() is None:
             proc.kill()
