@@ -155,6 +155,9 @@ async ({since, quiet, timeout, needRun}) => {
 }
 """ % PAINTED.strip()
 
+PRELOAD = True
+"""Start the dashboard through ``dashboard.serve`` (as ``mfm dashboard`` does); False: plain ``streamlit run``."""
+
 BIG_IMAGE = '[data-testid="stMain"] [data-testid="stColumn"] [data-testid="stImage"] img'
 """The frame of the bare-Streamlit baseline app (an ``st.image`` in a column)."""
 SCRUB_IMAGE = "img.mfm-scrub-frame"
@@ -185,14 +188,15 @@ def free_port() -> int:
 @contextmanager
 def serve(root: Path, log: Path | None = None, app: Path | None = None) -> Iterator[str]:
     """The dashboard on ``root`` as ``mfm dashboard ROOT --port P`` starts it (the same
-    ``streamlit run dashboard/app.py`` command line and environment), or ``streamlit run
-    APP``, on a free port, with Streamlit's file watcher off (others editing the checkout
+    ``python -m dashboard.serve dashboard/app.py`` command line and environment; with
+    ``--no-preload``, plain ``streamlit run`` as before the preload), or ``streamlit run APP``, on a free port, with Streamlit's file watcher off (others editing the checkout
     during a benchmark made the frontend show "source file changed" for good, which is not
     what a user sees); waits until its health check answers, yields its URL, and stops the
     server's process group afterwards."""
     port = free_port()
     out = open(log, "w") if log else subprocess.DEVNULL
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app or REPO / "dashboard" / "app.py"),
+    how = ["dashboard.serve"] if app is None and PRELOAD else ["streamlit", "run"]
+    cmd = [sys.executable, "-m", *how, str(app or REPO / "dashboard" / "app.py"),
            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--client.showErrorDetails", "type", "--server.fileWatcherType", "none"]
     if app is None:
@@ -509,7 +513,11 @@ def main() -> None:
     p.add_argument("--first-pages", help="the pages visited first (default: --pages)")
     p.add_argument("--logs", type=Path, help="a folder for the servers' logs")
     p.add_argument("--baseline", action="store_true", help="also measure the bare Streamlit app (baseline())")
+    p.add_argument("--no-preload", action="store_true",
+                   help="start the dashboard with plain `streamlit run` (as before dashboard.serve)")
     a = p.parse_args()
+    global PRELOAD
+    PRELOAD = not a.no_preload
     pages = tuple(a.pages.split(","))
     if set(pages) - set(PAGES):
         p.error(f"unknown page(s) {', '.join(sorted(set(pages) - set(PAGES)))}")

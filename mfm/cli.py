@@ -97,7 +97,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     elif not root.is_dir():
         print(f"mfm dashboard: runs root {root} is not a folder", file=sys.stderr)
         return 2
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port),
+    cmd = [sys.executable, "-m", "dashboard.serve", str(app), "--server.port", str(args.port),
            "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--client.showErrorDetails", "type", "--", "--root", str(root)]
     env = dict(os.environ, MFM_RUNS_ROOT=str(root))
