@@ -215,6 +215,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except WriteError as e:
         failed = e
     if upload is not None:
+        if upload.error:
+            print(f"mfm run: an upload to {out} failed during the run and was tried again: {upload.error}",
+                  file=sys.stderr)
         try:
             upload.close()
         except StoreError as e:

@@ -163,6 +163,7 @@ class Uploader:
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     error: str | None = None
+    """The last periodic upload that failed (it is tried again at the next one)."""
 
     def __post_init__(self) -> None:
         self.fs, self.path = filesystem(self.url)
@@ -187,7 +188,7 @@ class Uploader:
             if isinstance(path, str) and path.startswith("episodes/") and ".." not in path.split("/"):
                 folders.append(path)
         if final and (self.local / "episodes").is_dir():
-            done = {k.rsplit("/", 2)[0] for k in self.sent if k.startswith("episodes/")}
+            done = {"/".join(k.split("/")[:2]) for k in self.sent if k.startswith("episodes/")}
             folders += [f"episodes/{d.name}" for d in sorted((self.local / "episodes").iterdir())
                         if d.is_dir() and f"episodes/{d.name}" not in done]
         return list(dict.fromkeys(folders))
