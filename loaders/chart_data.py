@@ -251,12 +251,15 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def retarget_rates(runs: RunList) -> pd.DataFrame:
+def retarget_rates(runs: RunList, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """The A.4 rates per method in long form, pooled over its seeds: ``rate`` with its Wilson 95%
     interval ``lo``–``hi`` over the turns (or targets) counted, ``label`` the counts behind it
     (``n/a`` when there is nothing to count; for the null rate the expected count), ``runs``
-    the seeds pooled. Methods in the paper's order."""
-    _, table = ap.retarget_tables(runs)
+    the seeds pooled. Methods in the paper's order. ``table``: the per-method table of
+    :func:`loaders.analysis_pages.retarget_tables` of these runs when the caller has it (it is
+    then not computed again)."""
+    if table is None:
+        _, table = ap.retarget_tables(runs)
     rows = []
     for r in table.itertuples():
         for measure, k, n in ((RETARGET_MEASURES[0], r.inspect_retargets, r.inspect_turns),

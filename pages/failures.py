@@ -83,9 +83,12 @@ st.dataframe(shown[cols], hide_index=True, width="stretch", height=min(420, 40 +
                             "target_x": st.column_config.NumberColumn("target x"),
                             "target_y": st.column_config.NumberColumn("target y")})
 options = [e for e in table["episode"] if e]
+labels: dict[str, str] = {}
+for r in table.itertuples():
+    if r.episode and r.episode not in labels:  # an episode's first row labels it
+        labels[r.episode] = f"{r.episode} · step {r.step} · {r.action} {r.material} · {r.outcome}: {r.cause}"
 st.selectbox("Open the filmstrip of", options, index=None, placeholder="Pick a failure (or a row above)",
-             format_func=lambda e: next(f"{r.episode} · step {r.step} · {r.action} {r.material} · {r.outcome}: "
-                                        f"{r.cause}" for r in table[table["episode"] == e].itertuples()),
+             format_func=lambda e: labels[e],
              **ui.bound("w_fail_ep", "ep", None, lambda v: v if v in options else None, sync=True))
 ep = st.session_state["w_fail_ep"]
 if not ep:

@@ -51,7 +51,7 @@ for i, (task, group) in enumerate(groups):
     with st.expander(f"Per run ({len(per_run)})", expanded=len(per_run) <= 4):
         st.dataframe(_rates_text(per_run), hide_index=True, width="stretch", column_config=_config(),
                      key=f"rt_runs{tag}")
-    rates = ui.cached(chart_data.retarget_rates)(group)
+    rates = chart_data.retarget_rates(group, per_method)
     if len(rates):
         st.plotly_chart(charts.retarget_rates_figure(rates), width="stretch", key=f"rt_rates{tag}")
     ui.figure_downloads(lambda g=group, r=rates: figures.retargeting_figure(g, rates=r), f"retargeting{tag}",
