@@ -59,21 +59,26 @@ print(json.dumps(out))
 """
 
 
-def _server(log: Path) -> tuple[subprocess.Popen, dict[str, str]]:
+def s3_server(log: Path) -> tuple[subprocess.Popen, dict[str, str]]:
+    """moto's standalone S3 server on a free loopback port, its output to ``log``, once it
+    answers; (the process, the AWS variables that point clients at it). Also the tests' server."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    env = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
     for _ in range(300):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return proc, env
         except OSError:
+            if proc.poll() is not None:
+                break
             time.sleep(0.2)
-    raise RuntimeError("moto server did not start")
+    proc.kill()
+    raise RuntimeError(f"moto server did not start (its output: {log})")
 
 
 def _fresh(env: dict[str, str], *args: str) -> dict:
@@ -92,7 +97,7 @@ def bench_objectstore(run: Path, n: int = 48, repeats: int = 3, frames: int = 30
     from bench.bench import make_sweep
 
     tmp = Path(tempfile.mkdtemp())
-    proc, s3env = _server(tmp / "moto.log")
+    proc, s3env = s3_server(tmp / "moto.log")
     try:
         env = dict(os.environ, **s3env)
         os.environ.update(s3env)

@@ -42,25 +42,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from mfm.objectstore import CACHE_OFF, cache_root
+
 CACHE_VERSION = 1
 """Bump when what an entry holds or how it is laid out changes."""
 MAGIC = b"MFMTCACH"
 RACY_SECONDS = 2.0
 """Files modified more recently than this are read but not cached (except for a closed run:
 ``loaders.cachedread.fill_closed_run``)."""
-OFF = ("off", "0", "no", "false", "none")
+OFF = CACHE_OFF
 SUFFIX = ".mfmc"
 _HEAD = struct.Struct("<8sII")
 
 
 def cache_dir() -> Path | None:
-    """The cache folder, or None when the cache is turned off."""
-    v = os.environ.get("MFM_CACHE_DIR", "").strip()
-    if v:
-        return None if v.lower() in OFF else Path(v).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "mfm"
+    """The cache folder (``mfm.objectstore.cache_root``), or None when the cache is turned off."""
+    return None if os.environ.get("MFM_CACHE_DIR", "").strip().lower() in OFF else cache_root()
 
 
 def max_bytes() -> int:

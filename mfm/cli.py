@@ -112,7 +112,6 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 2
     from loaders.cachedread import validate
     from loaders.convert import import_runs
-
     from loaders.run import local_path
 
     dest = args.dest

@@ -62,6 +62,11 @@ def name_of(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
 
+def parent_of(url: str) -> str:
+    """A URL without its last segment (the runs root of a run)."""
+    return url.rstrip("/").rsplit("/", 1)[0]
+
+
 def filesystem(url: str) -> tuple[Any, str]:
     """(fsspec filesystem, path inside it) of a URL; StoreError if it cannot be used."""
     try:
@@ -75,12 +80,17 @@ def filesystem(url: str) -> tuple[Any, str]:
     return fs, path.rstrip("/")
 
 
+CACHE_OFF = ("off", "0", "no", "false", "none")
+"""Values of ``MFM_CACHE_DIR`` that turn the table cache off (``loaders.tablecache``)."""
+
+
 def cache_root() -> Path:
-    """The user's mfm cache folder, as the table cache finds it (``$MFM_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/mfm``, else ``~/.cache/mfm``); staged runs, mirrors and sweep logs go
-    in sub-folders of it, even when the table cache is turned off (``MFM_CACHE_DIR=off``)."""
+    """The user's mfm cache folder (``$MFM_CACHE_DIR``, else ``$XDG_CACHE_HOME/mfm``, else
+    ``~/.cache/mfm``): the table cache's (``loaders.tablecache.cache_dir``), and staged runs,
+    mirrors and sweep logs in sub-folders of it, these even when the table cache is turned
+    off (``MFM_CACHE_DIR=off``)."""
     v = os.environ.get("MFM_CACHE_DIR", "").strip()
-    if v and v.lower() not in ("off", "0", "no", "false", "none"):
+    if v and v.lower() not in CACHE_OFF:
         return Path(v).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
@@ -96,7 +106,7 @@ def staging_dir(url: str) -> Path:
     """Where a run bound for ``url`` is written before it is uploaded."""
     base = os.environ.get("MFM_STAGING_DIR", "").strip()
     root = Path(base).expanduser() if base else cache_root() / "staging"
-    return root / url_hash(url.rstrip("/").rsplit("/", 1)[0]) / name_of(url)
+    return root / url_hash(parent_of(url)) / name_of(url)
 
 
 def read_bytes(url: str) -> bytes | None:
@@ -106,6 +116,16 @@ def read_bytes(url: str) -> bytes | None:
         return fs.cat_file(path)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        raise StoreError(f"{url}: {e}") from None
+
+
+def exists(url: str) -> bool:
+    """Whether an object is there (asked afresh, not from a listing cache)."""
+    fs, path = filesystem(url)
+    fs.invalidate_cache(path)
+    try:
+        return bool(fs.exists(path))
     except OSError as e:
         raise StoreError(f"{url}: {e}") from None
 

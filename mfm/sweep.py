@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Callable, Protocol, TextIO
 
 from mfm.memory.appendlog import now_iso, write_atomic
-from mfm.objectstore import cache_root, is_empty, join, move_tree, name_of, read_bytes, url_hash, write_bytes
+from mfm.objectstore import (cache_root, is_empty, join, move_tree, name_of, parent_of, read_bytes, url_hash,
+                             write_bytes)
 from mfm.schema import RunManifest, parse_manifest, read_manifest
 
 
@@ -56,13 +57,13 @@ class Job:
         """Where the run's output goes: ``OUT/<name>.log``, beside its folder; for a run in
         object storage a local file, uploaded there (:attr:`log_url`) when the run ends."""
         if isinstance(self.out, str):
-            return cache_root() / "sweeps" / url_hash(self.out.rsplit("/", 1)[0]) / f"{self.name}.log"
+            return cache_root() / "sweeps" / url_hash(parent_of(self.out)) / f"{self.name}.log"
         return self.out.parent / f"{self.name}.log"
 
     @property
     def log_url(self) -> str:
         """``OUT/<name>.log`` of a run in object storage."""
-        return f"{str(self.out).rsplit('/', 1)[0]}/{self.name}.log"
+        return join(parent_of(str(self.out)), f"{self.name}.log")
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "mfm.cli", "run", "--task", self.task, "--method", self.method,
@@ -133,7 +134,7 @@ def mark_crashed(job: Job, reason: str) -> None:
 def _set_aside(job: Job) -> Path | str:
     """Move an unfinished run's folder (and log) to ``OUT/.failed/NAME.K``; return where."""
     if isinstance(job.out, str):
-        base_url = join(job.out.rsplit("/", 1)[0], ".failed")
+        base_url = join(parent_of(job.out), ".failed")
         k = 1
         while not is_empty(join(base_url, f"{job.name}.{k}")):
             k += 1

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mfm.objectstore import is_url, read_bytes, write_bytes
+from mfm.objectstore import exists, is_url, write_bytes
 
 DIE_WITH_PARENT = ("import ctypes, os, signal, sys\n"
                    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
@@ -79,7 +79,7 @@ class RayTask:
 
     @property
     def started(self) -> bool:
-        return self.log.exists() or (self.log_url is not None and read_bytes(self.log_url) is not None)
+        return self.log.exists() or (self.log_url is not None and exists(self.log_url))
 
     def poll(self) -> tuple[int, str] | None:
         if not self.ray.wait([self.ref], timeout=0)[0]:

@@ -2,10 +2,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,35 +190,22 @@ def written_run(tmp_path: Path) -> WrittenRun:
 
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory):
-    """A moto S3 server (object storage tests, issue 22) on a free loopback port, the AWS variables pointing every client (this
-    process and the commands it starts) at it; yields an fsspec filesystem on it."""
+    """A moto S3 server (object storage tests, issue 22) on a free loopback port, the AWS
+    variables pointing every client (this process and the commands it starts) at it; yields
+    an fsspec filesystem on it."""
     pytest.importorskip("s3fs")
     pytest.importorskip("moto")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    from bench.objectstore import s3_server
+
+    proc, env = s3_server(tmp_path_factory.mktemp("moto") / "moto.log")
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, "moto server did not start"
-            time.sleep(0.2)
     import fsspec
 
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
     yield fs
     proc.terminate()
     proc.wait(timeout=30)
-    log.close()
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)
