@@ -214,17 +214,19 @@ class CachedFileCheck(FileCheck):
         return out
 
 
-def validate(run_dir: Path, frames: bool = False, cache: bool = False, final: bool = False) -> RunContents:
+def validate(run_dir: Path, frames: bool = False, cache: bool = False, final: bool = False,
+             lazy: bool = False) -> RunContents:
     """:func:`mfm.validate.validate` with the fast path: the same problems, records and line
     numbers, large clean tables kept as columns (``RunContents.columns``). ``cache``: serve
     unchanged tables and file checks from ``loaders.tablecache`` (the loaders do; ``mfm
     validate`` does not: it reads and stats everything, every time). ``final`` (with
     ``cache``): the run's writer is done, cache files modified just now too
-    (:func:`fill_closed_run`)."""
+    (:func:`fill_closed_run`). ``lazy``: leave out ``mfm.validate.LAZY_TABLES`` (the loaders
+    read them when asked, through :func:`read_one_table_cached`)."""
     if not cache:
-        return core.validate(run_dir, frames, read=read_one_table_fast, files=FileCheck)
+        return core.validate(run_dir, frames, read=read_one_table_fast, files=FileCheck, lazy=lazy)
     return core.validate(run_dir, frames, read=functools.partial(read_one_table_cached, final=final),
-                         files=functools.partial(CachedFileCheck, final=final))
+                         files=functools.partial(CachedFileCheck, final=final), lazy=lazy)
 
 
 CLOSED = ("finished", "interrupted", "crashed")
@@ -234,11 +236,12 @@ CLOSED = ("finished", "interrupted", "crashed")
 def fill_closed_run(run_dir: str | Path) -> bool:
     """Fill the table cache for a run that its writer has just closed, exactly as the first
     open of the run would (:class:`loaders.run.Run` reads through ``validate(..., cache=True)``
-    on the resolved path, which is what is done here), so that the first open, in the
-    dashboard or a notebook, is served from the cache. Nothing is written into the run folder.
-    True if the cache was filled; False, doing nothing, if the cache is off or ``run.json``
-    does not say the run was closed, or if reading failed (the first open then reads the run
-    as usual: the cache is derived, so a failure here never matters more than that).
+    on the resolved path, which is what is done here), and its lazy tables as asking for them
+    would, so that the first open, in the dashboard or a notebook, is served from the cache.
+    Nothing is written into the run folder. True if the cache was filled; False, doing
+    nothing, if the cache is off or ``run.json`` does not say the run was closed, or if
+    reading failed (the first open then reads the run as usual: the cache is derived, so a
+    failure here never matters more than that).
 
     Why files modified just now may be cached here. The cache refuses a file modified less
     than ``tablecache.RACY_SECONDS`` ago because a second write in the same timestamp tick

@@ -181,14 +181,15 @@ def _arrow_columns(data: bytes, rtype: type[Record]) -> pa.Table | None:
 
 
 def _counts_as_json(col: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Name-to-integer maps (read as structs) back to compact JSON text, in C++. A null
-    struct field is a name the line did not have (the file holds no ``null`` at all)."""
+    """Name-to-integer maps (read as structs) back to compact JSON text with sorted keys (as
+    the line-by-line reader writes them), in C++. A null struct field is a name the line did
+    not have (the file holds no ``null`` at all)."""
     col = col.combine_chunks()
     empty = pa.array([""] * len(col), pa.string())
     parts = [pc.if_else(pc.is_valid(col.field(i)),
                         pc.binary_join_element_wise(json.dumps(f.name) + ":", pc.cast(col.field(i), pa.string()), ",",
                                                     ""), empty)
-             for i, f in enumerate(col.type)]
+             for i, f in sorted(enumerate(col.type), key=lambda item: item[1].name)]
     inner = pc.utf8_rtrim(pc.binary_join_element_wise(*parts, ""), characters=",") if parts else empty
     return pa.chunked_array([pc.binary_join_element_wise("{", inner, "}", "")])
 

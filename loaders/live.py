@@ -30,7 +30,7 @@ from loaders.cachedread import read_one_table_fast
 from loaders.run import FILE_OF, TABLE_NAMES, Run, open_run, signature
 from loaders.sources import DirSource
 from mfm.schema import MANIFEST, TABLES, read_manifest
-from mfm.validate import RunContents, TableRead, read_run
+from mfm.validate import LAZY_TABLES, RunContents, TableRead, read_lazy_table, read_run
 
 Stat = tuple[int, int]
 """A file's (size in bytes, modification time in ns); (-1, 0) when it does not exist."""
@@ -84,11 +84,20 @@ class LiveSource(DirSource):
         self._parsed[name] = Parsed(stat, read_one_table_fast(path, name))
         return self._parsed[name].table
 
+    def read_table(self, path: Path, name: str) -> TableRead:
+        with self.lock:
+            return self._read(path, name)
+
     def contents(self) -> RunContents:
         """The manifest and every table (as :func:`mfm.validate.read_run` reads them);
-        unchanged tables come from the last parse."""
+        unchanged tables come from the last parse. A lazy table is left out until it has
+        been asked for once (:meth:`read_table`); from then on it is kept up to date too."""
         with self.lock:
-            return read_run(self.path, read=self._read)
+            c = read_run(self.path, read=self._read, lazy=True)
+            for name in LAZY_TABLES:
+                if name in self._parsed and c.tables:
+                    read_lazy_table(c, name, self._read)
+            return c
 
     def stats(self) -> dict[str, Stat]:
         """The stat each table was last parsed at."""

@@ -178,6 +178,7 @@ class RunMeasures:
     diamond_step: int | None
     retarget: Retargeting
     ages: list[tuple[str, int]] = field(default_factory=list)
+    recalls: list[dict] = field(default_factory=list)
 
     @property
     def steps_per_turn(self) -> float:
@@ -200,7 +201,31 @@ def measure(run: Any) -> RunMeasures:
         steps=m.last_step, budget=m.step_budget, status=m.status, turns=len(turns),
         tool_calls=sum(by_tool.values()), calls_by_tool=by_tool, deaths=deaths,
         diamond_step=m.milestones.get("collect_diamond"), retarget=retargeting(turns, index),
-        ages=retrieval_ages(turns, index))
+        ages=retrieval_ages(turns, index),
+        recalls=read_now(list((m.config.get("agent_summary") or {}).get("recalls") or []), turns))
+
+
+def read_now(recalls: list[dict], turns: Sequence[TurnRow]) -> list[dict]:
+    """The recalls of a run's summary, each with where its GUIDE.md line came from: the last
+    write of that fact at or before the recall (``turns.jsonl``: a ``write`` or
+    ``consolidate`` call that added or revised its key), its step (``written``) and reason
+    (``written_by``: ``frames`` for a frame inspection, ``sight`` for direct sight, None if no
+    write is on record); ``read_now`` when that write was in the recall's own turn."""
+    writes: dict[str, list[tuple[int, str]]] = {}
+    for t in turns:
+        for call in t.calls:
+            result = call.get("result") or {}
+            if call.get("tool") in ("write", "consolidate"):
+                for key in [*(result.get("added") or ()), *(result.get("revised") or ())]:
+                    writes.setdefault(key, []).append((t.first_step, str((call.get("args") or {}).get("reason"))))
+    out = []
+    for c in recalls:
+        key = f"res:{c.get('name')}@{c.get('x')},{c.get('y')}"
+        before = [w for w in writes.get(key, ()) if w[0] <= int(c.get("step", -1))]
+        step, reason = before[-1] if before else (None, None)
+        by = None if reason is None else "frames" if "frame" in reason else "sight" if "sight" in reason else "other"
+        out.append({**c, "written": step, "written_by": by, "read_now": step is not None and step == c.get("step")})
+    return out
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -274,6 +299,95 @@ def reach_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
             rows.append({"method": method, "tool": tool, "episodes": len(ages), "median": float(np.median(ages)),
                          "p90": float(np.percentile(ages, 90)), "max": int(ages.max()),
                          "over_1000": float((ages > 1000).mean())})
+    return pd.DataFrame(rows)
+
+
+Z95 = 1.959963984540054
+"""The normal quantile of a two-sided 95% interval."""
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a success rate (95% by default; its ends are exactly 0 and
+    1 for no and all successes); (nan, nan) for n = 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    return lo, 1.0 if successes == n else min(1.0, centre + half)
+
+
+def t975(df: int) -> float:
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom: exact for 1 and 2,
+    else the Cornish-Fisher expansion to the fourth order (within 0.004 at 3, 1e-6 from 10)."""
+    if df == 1:
+        return math.tan(math.pi * 0.475)
+    if df == 2:
+        return 0.95 * math.sqrt(2 / (4 * 0.975 * 0.025))
+    z = Z95
+    terms = ((z ** 3 + z) / 4, (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
+             (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384,
+             (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160)
+    return z + sum(g / df ** (k + 1) for k, g in enumerate(terms))
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean and its 95% Student-t interval (nan bounds for fewer than two values)."""
+    vals = list(values)
+    if not vals:
+        return float("nan"), float("nan"), float("nan")
+    mean = statistics.fmean(vals)
+    if len(vals) < 2:
+        return mean, float("nan"), float("nan")
+    half = t975(len(vals) - 1) * statistics.stdev(vals) / math.sqrt(len(vals))
+    return mean, mean - half, mean + half
+
+
+def winning_recall(r: RunMeasures) -> dict | None:
+    """The recall that sent the player to the diamond it collected: the last one at or before
+    the diamond's step (None: the run got no diamond, or got it without memory, by sight)."""
+    if r.diamond_step is None:
+        return None
+    before = [c for c in r.recalls if c.get("name") == "diamond" and int(c.get("step", 0)) <= r.diamond_step]
+    return before[-1] if before else None
+
+
+def delay(task: str) -> int | None:
+    """The delay D of a temporal-reach task named ``reach-D`` (None for other tasks)."""
+    head, _, tail = task.partition("-")
+    return int(tail) if head == "reach" and tail.isdigit() else None
+
+
+TRIALS = ("finished", "interrupted")
+"""Run statuses that count as a trial in the reach table (a running or crashed run does not)."""
+
+
+def reach_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Temporal reach, per delay D and method, over the runs that ended (:data:`TRIALS`):
+    diamonds got out of n seeds with a 95% Wilson interval, steps to the diamond (mean, 95% t
+    interval, over the successes), and the recall that led to each success: the age of the
+    episode that showed the place, how long its GUIDE.md line had been kept when it was used
+    (``kept``), whether that line was last written from stored frames (``by_frames``) or
+    otherwise, by sight (``by_notes``); ``by_sight``: got with no recall, the diamond in view."""
+    rows = []
+    ended = [r for r in ms if r.status in TRIALS]
+    for d in sorted({delay(r.task) for r in ended} - {None}):
+        for method, group in _by_method([r for r in ended if delay(r.task) == d]):
+            got = [r for r in group if r.diamond_step is not None]
+            lo, hi = wilson(len(got), len(group))
+            mean, mlo, mhi = mean_interval([r.diamond_step for r in got])
+            wins = [winning_recall(r) for r in got]
+            ages = [int(w["age"]) for w in wins if w is not None and w.get("age") is not None]
+            rows.append({"delay": d, "method": method, "seeds": len(group), "successes": len(got),
+                         "rate": len(got) / len(group), "rate_lo": lo, "rate_hi": hi,
+                         "steps_mean": mean, "steps_lo": mlo, "steps_hi": mhi,
+                         "recall_ages": ages,
+                         "kept": [int(w["step"]) - int(w["written"]) for w in wins if w and w.get("written") is not None],
+                         "by_frames": sum(1 for w in wins if w and w.get("written_by") == "frames"),
+                         "by_notes": sum(1 for w in wins if w and w.get("written_by") != "frames"),
+                         "by_sight": sum(1 for w in wins if w is None),
+                         "over_1000": sum(a > 1000 for a in ages) / len(ages) if ages else float("nan")})
     return pd.DataFrame(rows)
 
 

@@ -1,5 +1,6 @@
 """The paper's tables (Table 2 milestones per method, Table 4 the mfm ablations, A.4
-retargeting, the interaction counts and the reach of retrieval) as tables of display cells,
+retargeting, the interaction counts, the reach of retrieval and the temporal-reach successes
+against the delay D) as tables of display cells,
 written once and rendered three ways: Markdown (``mfm results``), LaTeX with booktabs rules
 and CSV (``mfm figures``, beside the figures). The numbers come from
 :mod:`loaders.paper_measures`; each cell here is only their formatting.
@@ -10,10 +11,11 @@ import math
 import re
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
-from loaders.paper_measures import RADIUS, RunMeasures, interaction_table, milestone_table, reach_table, \
-    retarget_table, seed_label
+from loaders.paper_measures import RADIUS, RunMeasures, interaction_table, milestone_table, reach_success_table, \
+    reach_table, retarget_table, seed_label
 
 
 def _f(v: float | None, digits: int = 1) -> str:
@@ -87,6 +89,31 @@ def reach(ms: Sequence[RunMeasures]) -> pd.DataFrame:
         "max": t["max"], "share older than 1,000 steps": [_pct(v) for v in t["over_1000"]]})
 
 
+def reach_success(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Temporal reach: success against the delay D per method, with 95% intervals (Wilson for
+    the rate; Student's t for the mean steps, its lower end shown no lower than 0), and the age
+    of the recalls that led to the successes."""
+    t = reach_success_table(ms)
+    if t.empty:
+        return pd.DataFrame()
+
+    def ages(v: list[int]) -> str:
+        return f"median {int(np.median(v)):,}, max {max(v):,}" if v else "-"
+
+    return pd.DataFrame({
+        "D": t["delay"], "method": t["method"],
+        "diamonds": [f"{k}/{n}" for k, n in zip(t["successes"], t["seeds"])],
+        "rate (95% CI)": [f"{_pct(r)} ({_pct(lo)}-{_pct(hi)})" for r, lo, hi in zip(t["rate"], t["rate_lo"], t["rate_hi"])],
+        "steps to diamond (95% CI)": [("-" if m != m else _f(m, 0) if lo != lo else
+                                       f"{_f(m, 0)} ({_f(max(lo, 0.0), 0)}-{_f(hi, 0)})")
+                                      for m, lo, hi in zip(t["steps_mean"], t["steps_lo"], t["steps_hi"])],
+        "place last noted from frames / by sight / no recall": [
+            f"{a} / {b} / {c}" for a, b, c in zip(t["by_frames"], t["by_notes"], t["by_sight"])],
+        "age of the episode that showed it (steps)": [ages(v) for v in t["recall_ages"]],
+        "kept in GUIDE.md before use (steps)": [ages(v) for v in t["kept"]],
+        "share older than 1,000 steps": [_pct(v) if v == v else "-" for v in t["over_1000"]]})
+
+
 def to_markdown(df: pd.DataFrame) -> str:
     """A Markdown table (pipes in cells escaped)."""
     def cell(v: object) -> str:
@@ -129,5 +156,6 @@ def tables(ms: Sequence[RunMeasures]) -> list[tuple[str, str, pd.DataFrame]]:
             milestones(abl) if len({m.method for m in abl}) > 1 else pd.DataFrame()),
            ("retargeting", f"Retargeting after inspection (paper A.4; radius {RADIUS:g} cells)", retargeting(ms)),
            ("interaction", "Interaction: env steps per turn, model and tool calls per milestone", interaction(ms)),
-           ("reach", "How far back retrieval reaches (age of retrieved episodes)", reach(ms))]
+           ("reach", "How far back retrieval reaches (age of retrieved episodes)", reach(ms)),
+           ("reach-success", "Temporal reach: diamonds got against the delay D (95% intervals)", reach_success(ms))]
     return [(n, t, df) for n, t, df in out if len(df)]

@@ -8,7 +8,8 @@ into a *mirror*: a folder under the user's cache (``$MFM_REMOTE_DIR``, else
   :func:`loaders.run.find_runs` walks a disk) and fetches each run's ``run.json`` and
   ``lives.jsonl`` only: what the runs table shows. Never a whole run.
 - :func:`sync_run` (when a run is opened) fetches its tables, ``logs.txt`` and ``mine/``:
-  each file again only when its size or ETag changed in the bucket.
+  each file again only when its size or ETag changed in the bucket; a lazy table
+  (``mfm.validate.LAZY_TABLES``) only when it is asked for (:func:`fetch_lazy`).
 - :class:`RemoteSource` fetches an episode folder (records, frame strips, observation)
   the first time a page asks for one of its frames or records, and checks the run's files
   against one listing of ``episodes/`` instead of stat'ing them.
@@ -35,7 +36,7 @@ from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord
 from mfm.objectstore import StoreError, cache_root, filesystem, is_url, url_hash
 from mfm.schema import IndexRow, Problem
-from mfm.validate import FileCheck, RunContents
+from mfm.validate import LAZY_TABLES, FileCheck, RunContents, TableRead
 
 ROOT_MARK = ".mfm-remote-root.json"
 """In a mirror's top folder: the URL it mirrors."""
@@ -197,10 +198,32 @@ def sync_run(local: Path, force: bool = False) -> None:
                 fs.invalidate_cache(f"{path}/{d}")
                 for key, info in fs.find(f"{path}/{d}", detail=True).items():
                     infos[key[len(path) + 1:]] = info
+        mark["lazy"] = {rel: _stamp(infos.pop(rel)) for rel in LAZY_TABLES if rel in infos}
         _sync_files(fs, path, local, infos, mark)
     except OSError as e:
         raise StoreError(f"{url}: {e}") from None
     _write_mark(local / RUN_MARK, mark)
+
+
+_lazy_lock = threading.Lock()
+
+
+def fetch_lazy(local: Path, name: str) -> None:
+    """Fetch a lazy table of a mirrored run if the bucket held a newer one at the last
+    :func:`sync_run` (nothing when the run has none)."""
+    with _lazy_lock:
+        mark = _read_mark(local / RUN_MARK)
+        want = mark.get("lazy", {}).get(name)
+        url = mark.get("url")
+        if want is None or mark.get("files", {}).get(name) == want or not isinstance(url, str) or not is_url(url):
+            return
+        fs, path = filesystem(url)
+        try:
+            _fetch(fs, [(f"{path}/{name}", local / name)])
+        except OSError as e:
+            raise StoreError(f"{url}: {e}") from None
+        mark.setdefault("files", {})[name] = want
+        _write_mark(local / RUN_MARK, mark)
 
 
 class ListedFileCheck(FileCheck):
@@ -255,7 +278,12 @@ class RemoteSource(DirSource):
         from loaders.cachedread import read_one_table_cached
         from mfm.validate import validate
 
-        return validate(self.path, read=read_one_table_cached, files=ListedFileCheck)
+        return validate(self.path, read=read_one_table_cached, files=ListedFileCheck, lazy=True)
+
+    def read_table(self, path: Path, name: str) -> TableRead:
+        if name in LAZY_TABLES:
+            fetch_lazy(self.path, name)
+        return super().read_table(path, name)
 
     def fetch_episode(self, ref: IndexRow) -> None:
         """Download an episode folder into the mirror unless it is there (folders never change)."""
@@ -318,6 +346,8 @@ def validate_remote(url: str, frames: bool = False) -> RunContents:
     if not is_mirrored(local):
         raise ValueError(f"{url}: no run there (no run.json or index.jsonl)")
     sync_run(local, force=True)
+    for name in LAZY_TABLES:
+        fetch_lazy(local, name)
     if frames:
         fetch_all(local)
     return validate(local, frames, read=read_one_table_fast, files=ListedFileCheck)

@@ -32,7 +32,7 @@ from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError
 from mfm.objectstore import is_url
 from mfm.schema import MANIFEST, TABLES, IndexRow, LifeEvent, Problem, RunManifest, read_manifest, read_table
-from mfm.validate import RunContents
+from mfm.validate import LAZY_TABLES, RunContents, read_lazy_table
 
 STALE_SECONDS = 300
 """A run whose manifest still says running but whose files have not changed for this long
@@ -41,6 +41,7 @@ is shown as crashed (its writer is gone)."""
 TABLE_NAMES = {
     "index.jsonl": "episodes", "steps.jsonl": "steps", "turns.jsonl": "turns", "grid.jsonl": "grid",
     "milestones.jsonl": "milestones", "lives.jsonl": "lives", "memory_writes.jsonl": "memory_writes",
+    "seen.jsonl": "seen",
 }
 
 FILE_OF = {v: k for k, v in TABLE_NAMES.items()}
@@ -155,16 +156,25 @@ class Run:
         return m.status
 
     def records(self, file: str) -> list:
-        """Valid records of one table (see ``mfm.schema.TABLES``)."""
-        return self._c.tables.get(file, [])
+        """Valid records of one table (see ``mfm.schema.TABLES``). A lazy table
+        (``mfm.validate.LAZY_TABLES``: ``seen.jsonl``) is read the first time it is asked
+        for; its problems then join :attr:`problems`."""
+        c = self._c
+        if file in LAZY_TABLES and file not in c.tables:
+            with self._lock:
+                if file not in c.tables and c.tables:
+                    read_lazy_table(c, file, self.source.read_table)
+        return c.tables.get(file, [])
 
     def table(self, name: str) -> pd.DataFrame:
-        """A table by its view name (episodes, steps, turns, grid, milestones, lives, memory_writes)."""
+        """A table by its view name (episodes, steps, turns, grid, milestones, lives,
+        memory_writes, seen)."""
         with self._lock:
             if name not in self._frames:
                 file = FILE_OF[name]
+                records = self.records(file)
                 fast = self._c.columns.get(file)
-                df = fast.copy() if fast is not None else _frame(self.records(file), TABLES[file])
+                df = fast.copy() if fast is not None else _frame(records, TABLES[file])
                 if name == "grid" and len(df):
                     df["x"] = [c[0] for c in df["cell"]]
                     df["y"] = [c[1] for c in df["cell"]]
@@ -192,6 +202,11 @@ class Run:
 
     def memory_writes(self) -> pd.DataFrame:
         return self.table("memory_writes")
+
+    def seen(self) -> pd.DataFrame:
+        """What each episode's frames showed, one row per episode and material (format 1.2;
+        empty for older runs); ``cells`` is JSON text, ``[[x, y], ...]``."""
+        return self.table("seen")
 
     def connect(self, folder: str | None = None, **settings: str | int | bool) -> duckdb.DuckDBPyConnection:
         """A new in-memory DuckDB with one view per table (the DataFrames, registered without a

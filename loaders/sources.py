@@ -16,7 +16,7 @@ from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError, episode_frame, load_episode, observation
 from loaders import cachedread
 from mfm.schema import SCHEMA_VERSION, IndexRow, Problem, RunManifest
-from mfm.validate import RunContents
+from mfm.validate import RunContents, TableRead
 
 
 class Source(Protocol):
@@ -27,7 +27,12 @@ class Source(Protocol):
     ``crafter-recorder``."""
 
     def contents(self) -> RunContents:
-        """Every valid record and every problem, read tolerantly."""
+        """Every valid record and every problem, read tolerantly (a folder source leaves
+        ``mfm.validate.LAZY_TABLES`` out until :meth:`read_table` reads them; the others
+        hold every table)."""
+
+    def read_table(self, path: Path, name: str) -> TableRead:
+        """One table file of the run (folder sources: a lazy table when it is asked for)."""
 
     def episode_record(self, ref: IndexRow) -> EpisodeRecord:
         """State, action and outcome of an episode (None where not recorded)."""
@@ -57,7 +62,7 @@ class DirSource:
         self.format = "mfm" if (path / "run.json").is_file() else "mfm-original"
 
     def contents(self) -> RunContents:
-        c = cachedread.validate(self.path, cache=True)
+        c = cachedread.validate(self.path, cache=True, lazy=True)
         if self.format == "mfm-original" and c.tables:
             c.problems = [p for p in c.problems if p.file != "run.json"]
             c.problems.insert(0, Problem("run.json", 0, "missing: read as an original MFM run directory; "
@@ -66,6 +71,9 @@ class DirSource:
             c.manifest = inferred_manifest(self.path.name, "minecraft" if any(r.z is not None for r in rows)
                                            else "unknown", rows, method="mfm")
         return c
+
+    def read_table(self, path: Path, name: str) -> TableRead:
+        return cachedread.read_one_table_cached(path, name)
 
     def episode_record(self, ref: IndexRow) -> EpisodeRecord:
         return load_episode(self.path, ref)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mfm.agent.config import ABLATIONS, METHODS, PERCEPTIONS, POLICIES
 from mfm.objectstore import is_url
+from mfm.envs.rules import task_names
 
 EXTRAS = {"read": ("pandas", "duckdb", "pyarrow"),
           "dashboard": ("pandas", "duckdb", "pyarrow", "streamlit", "plotly", "altair", "vl_convert"),
@@ -177,7 +178,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = RunConfig(task=args.task, method=args.method, seed=args.seed, steps=args.steps,
                            out=Path(args.out or "runs/run"), ablations=tuple(args.ablation or ()),
                            fixed_clock=args.fixed_clock, consolidate_every=args.consolidate_every, llm=llm,
-                           perception=args.perception)
+                           perception=args.perception, area=args.area)
     except ValueError as e:
         print(f"mfm run: {e}", file=sys.stderr)
         return 2
@@ -263,6 +264,26 @@ def _csv(text: str) -> list[str]:
     return [v.strip() for v in text.split(",") if v.strip()]
 
 
+def _screened(task: str, seeds: list[int], area: int | None = None) -> list[int]:
+    """The seeds a reach task's screen keeps (:func:`mfm.envs.reach.screen`); each one dropped
+    is printed with its reason, then the count."""
+    from mfm.envs import load_task
+    from mfm.envs.reach import screen
+
+    reach = load_task(task).reach
+    if reach is None:
+        return seeds
+    kept = []
+    for seed in seeds:
+        why = screen(seed, reach, (area, area)) if area else screen(seed, reach)
+        if why is None:
+            kept.append(seed)
+        else:
+            print(f"mfm sweep: dropped seed {seed}: {why}", file=sys.stderr)
+    print(f"mfm sweep: screen kept {len(kept)} of {len(seeds)} seeds", file=sys.stderr)
+    return kept
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run every (method, seed) and (mfm + ablation, seed) not yet finished; 1 if any crashed."""
     if missing_store("sweep", args.out):
@@ -286,9 +307,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.address and args.backend != "ray":
         print("mfm sweep: --address needs --backend ray", file=sys.stderr)
         return 2
+    if args.screen:
+        seeds = _screened(args.task, seeds, args.area)
     jobs = plan(args.task, methods, seeds, args.out.rstrip("/") if is_url(args.out) else Path(args.out), args.steps,
                 ablations=ablations,
-                fixed_clock=args.fixed_clock)
+                fixed_clock=args.fixed_clock, area=args.area)
     if args.backend == "ray":
         from mfm.sweep_ray import RayBackend
 
@@ -418,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_dashboard)
 
     r = sub.add_parser("run", help="run the memory-driven Crafter agent")
-    r.add_argument("--task", default="diamond", choices=("diamond", "all"))
+    r.add_argument("--task", default="diamond", choices=task_names())
     r.add_argument("--method", default="mfm", choices=METHODS, help="memory mode (see mfm.agent.modes)")
     r.add_argument("--ablation", action="append", choices=ABLATIONS,
                    help="switch a component of mfm off (repeatable)")
@@ -441,10 +464,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--perception", default="map", choices=PERCEPTIONS,
                    help="where the live 9x7 view and daylight come from: the world map (default) or the "
                         "rendered frame, decoded (recorded in run.json as config.perception)")
+    r.add_argument("--area", type=int, default=None,
+                   help="the world's side in tiles (default: 64; run folders get _aN)")
     r.set_defaults(func=cmd_run, command_argv=None)
 
     w = sub.add_parser("sweep", help="run methods x seeds (and mfm ablations) in parallel processes")
-    w.add_argument("--task", default="diamond", choices=("diamond", "all"))
+    w.add_argument("--task", default="diamond", choices=task_names())
     w.add_argument("--methods", default="direct,pro-long,vista,mfm", help="comma-separated methods")
     w.add_argument("--ablations", default="", help="comma-separated mfm ablations, each its own run per seed "
                                                    "('all' for every one)")
@@ -461,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the runs' processes run: here, or as Ray tasks (ray extra; docs/scale.md)")
     w.add_argument("--address", default=None, help="with --backend ray: the cluster to join ('auto': the one "
                                                    "started here by `ray start`); default: a local one for this sweep")
+    w.add_argument("--area", type=int, default=None, help="the world's side in tiles (default: 64)")
+    w.add_argument("--screen", action="store_true",
+                   help="reach tasks: drop seeds whose world lacks a reachable target or tech tree, and say why")
     w.set_defaults(func=cmd_sweep)
 
     t = sub.add_parser("results", help="print the comparison tables of the runs under a folder")

@@ -38,9 +38,10 @@ from typing import Any
 SYNC_SECONDS = 60.0
 """Default seconds between two uploads of a running run (``MFM_SYNC_SECONDS``)."""
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-TABLE_ORDER = ("steps.jsonl", "turns.jsonl", "grid.jsonl", "milestones.jsonl", "lives.jsonl",
+TABLE_ORDER = ("steps.jsonl", "turns.jsonl", "grid.jsonl", "seen.jsonl", "milestones.jsonl", "lives.jsonl",
                "memory_writes.jsonl", "index.jsonl")
-"""Tables in upload order: the index (the commit marker) last."""
+"""Tables in upload order: the index (the commit marker) last, so an episode's trace, grid
+and seen rows reach the bucket no later than its index row."""
 
 
 class StoreError(Exception):

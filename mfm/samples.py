@@ -7,9 +7,12 @@
 It sits above both the agent and the Echo learner (it runs the two), so neither imports it.
 
 ``diamond_mfm_s2`` is a full MFM diamond run (12,000-step budget; it ends at the diamond, at
-env step 976). The other methods run on the same seed (2) with a reduced budget of 2,500 env
+env step 1,286). The other methods run on the same seed (2) with a reduced budget of 2,500 env
 steps, named ``diamond_METHOD_s2_2500steps``, so that sample_runs/ stays small; MFM needs no
 copy with that budget, since its run ends well inside it (the game is the same, step for step).
+``reach-1000_mfm_s0`` is a temporal-reach run (``mfm.envs.reach``): the diamond seen in the
+first frame, sealed until step 1,000, evicted from the budgeted GUIDE.md meanwhile, and found
+again from the frames of an episode 963 steps old (the index searched by what frames showed).
 
 ``echo/ical_s5`` and ``echo/passive_s5`` are Echo learner runs (``mfm echo run``) of the
 same seed with a reduced number of Echo episodes, for the Echo page; they are a separate
@@ -33,6 +36,7 @@ SAMPLES: tuple[tuple[str, str, str, int, int | None], ...] = (
     ("diamond_mfm_s2", "diamond", "mfm", 2, None),
     *((f"diamond_{m}_s{COMPARISON_SEED}_{COMPARISON_STEPS}steps", "diamond", m, COMPARISON_SEED, COMPARISON_STEPS)
       for m in ("direct", "pro-long", "vista")),
+    ("reach-1000_mfm_s0", "reach-1000", "mfm", 0, None),
 )
 """(folder, task, method, seed, step budget or None for the task's)."""
 COMMAND = "python -m mfm.samples"

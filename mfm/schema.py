@@ -21,9 +21,11 @@ from typing import Annotated, Any, ClassVar, Iterator, get_args, get_origin, get
 
 import numpy as np
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """1.1: ``IndexRow.image`` is null when the end observation is the episode's last per-step
-frame, which readers then take from its frame strip (docs/run-format.md, ``image``)."""
+frame, which readers then take from its frame strip (docs/run-format.md, ``image``).
+1.2: ``seen.jsonl`` (:class:`SeenRow`), what each episode's frames showed; runs of 1.1 have
+none and read as before."""
 SCHEMA_MAJOR, SCHEMA_MINOR = (int(p) for p in SCHEMA_VERSION.split("."))
 
 EPISODE_ID = re.compile(r"^ep_\d{6,}$")
@@ -441,6 +443,34 @@ class LifeEvent(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class SeenRow(Record):
+    """``seen.jsonl``: what an episode's frames showed of one material (ours, format 1.2).
+
+    ``cells`` are the world cells ``[x, y]`` where the player's view showed ``material``
+    during the episode (each once, in the order first seen), placed by the position the
+    trace recorded for the frame. Written with the episode, before its index row; the
+    content half of the episode index: searchable by material and place over the whole
+    history (:class:`mfm.memory.index.ContentIndex`)."""
+
+    episode: Str
+    life: Int
+    first_step: Int
+    last_step: Int
+    material: Str
+    cells: Items
+
+    def check(self) -> None:
+        if not EPISODE_ID.match(self.episode):
+            raise SchemaError(f"episode must look like ep_000123, got {self.episode!r}")
+        if self.last_step < self.first_step:
+            raise SchemaError(f"last_step {self.last_step} is before first_step {self.first_step}")
+        for c in self.cells:
+            if (not isinstance(c, list) or len(c) != 2
+                    or not all(type(v) is int and abs(v) <= MAX_COORD for v in c)):
+                raise SchemaError(f"cells must be [x, y] pairs of integers, got {c!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class RunManifest(Record):
     """``run.json``: what the run is and how it stands (ours). Replaced atomically."""
 
@@ -476,6 +506,7 @@ TABLES: dict[str, type[Record]] = {
     "memory_writes.jsonl": MemoryWrite,
     "milestones.jsonl": MilestoneRow,
     "lives.jsonl": LifeEvent,
+    "seen.jsonl": SeenRow,
 }
 """Every append-only table of a run directory and the record type of its lines."""
 

@@ -43,6 +43,7 @@ class Job:
     extra: tuple[str, ...] = ()
     ablations: tuple[str, ...] = ()
     fixed_clock: bool = True
+    area: int | None = None
 
     @property
     def remote(self) -> bool:
@@ -74,25 +75,27 @@ class Job:
             cmd += ["--steps", str(self.steps)]
         if self.fixed_clock:
             cmd.append("--fixed-clock")
+        if self.area is not None:
+            cmd += ["--area", str(self.area)]
         return cmd + list(self.extra)
 
 
-def job_name(task: str, method: str, seed: int, ablations: tuple[str, ...] = ()) -> str:
-    """The run folder name: ``task_method[-ablation...]_sSEED`` (as ``RunConfig.run_name``)."""
-    return f"{task}_{'-'.join([method, *ablations])}_s{seed}"
+def job_name(task: str, method: str, seed: int, ablations: tuple[str, ...] = (), area: int | None = None) -> str:
+    """The run folder name: ``task_method[-ablation...]_sSEED[_aN]`` (as ``RunConfig.run_name``)."""
+    return f"{task}_{'-'.join([method, *ablations])}_s{seed}" + ("" if area is None else f"_a{area}")
 
 
 def plan(task: str, methods: list[str], seeds: list[int], out: Path | str, steps: int | None = None,
          extra: tuple[str, ...] = (), ablations: list[str] | tuple[str, ...] = (),
-         fixed_clock: bool = True) -> list[Job]:
+         fixed_clock: bool = True, area: int | None = None) -> list[Job]:
     """Every (method, seed) job, then every (mfm + one ablation, seed) job, in a stable order
     (seeds interleaved, so that a partial sweep has every method on the first seeds)."""
     def at(name: str) -> Path | str:
         return join(out, name) if isinstance(out, str) else out / name
 
-    jobs = [Job(task, m, s, at(job_name(task, m, s)), steps, extra, (), fixed_clock)
+    jobs = [Job(task, m, s, at(job_name(task, m, s, area=area)), steps, extra, (), fixed_clock, area)
             for s in seeds for m in methods]
-    jobs += [Job(task, "mfm", s, at(job_name(task, "mfm", s, (a,))), steps, extra, (a,), fixed_clock)
+    jobs += [Job(task, "mfm", s, at(job_name(task, "mfm", s, (a,), area)), steps, extra, (a,), fixed_clock, area)
              for s in seeds for a in ablations]
     return jobs
 

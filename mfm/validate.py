@@ -21,7 +21,7 @@ from mfm.boundary import UnsafePath, inside
 from mfm.memory.agent_memory import replay
 from mfm.memory.retrieval import FrameError, check_end_frame, decode_png, ends_in_strip
 from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, Problem, RunManifest,
-                        StepRow, frame_chunk, read_manifest, read_table)
+                        SeenRow, StepRow, frame_chunk, read_manifest, read_table)
 
 
 @dataclass
@@ -64,13 +64,19 @@ def read_one_table(path: Path, name: str) -> TableRead:
     return TableRead([r for _, r in rows], [n for n, _ in rows], tuple(probs))
 
 
+LAZY_TABLES = ("seen.jsonl",)
+"""Tables the loaders read only when one is asked for (:func:`read_lazy_table`): large, and
+needed by few views. ``mfm validate`` reads them with the rest."""
+
+
 def read_run(run_dir: Path, after_index: Callable[[RunContents], None] | None = None,
-             read: Callable[[Path, str], TableRead] = read_one_table) -> RunContents:
+             read: Callable[[Path, str], TableRead] = read_one_table, lazy: bool = False) -> RunContents:
     """Read every table of a run, keeping valid rows and reporting the rest. Never raises.
 
     ``after_index`` is called once the episode index is read and de-duplicated, before the
     other tables (so checks that need only the index can start early). ``read`` reads one
-    table file (a caller may read large files faster or serve unchanged ones from a cache)."""
+    table file (a caller may read large files faster or serve unchanged ones from a cache).
+    ``lazy``: leave out the tables of :data:`LAZY_TABLES` (read later by :func:`read_lazy_table`)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return RunContents(run_dir, None, problems=[Problem(str(run_dir), 0, "not a folder")])
@@ -82,20 +88,35 @@ def read_run(run_dir: Path, after_index: Callable[[RunContents], None] | None = 
     manifest, problems = read_manifest(run_dir)
     out = RunContents(run_dir, manifest, problems=problems)
     for name in TABLES:
-        t = read(run_dir / name, name)
-        out.problems += t.problems
-        if t.columns is not None:
-            out.columns[name] = t.columns
-            out.tables[name], out.lines[name] = t.records, t.lines
-        else:
-            out.tables[name], out.lines[name] = list(t.records), list(t.lines)
-            if name == "index.jsonl":
-                _dedupe_index(out)
+        if not (lazy and name in LAZY_TABLES):
+            _add_table(out, name, read(run_dir / name, name))
         if name == "index.jsonl" and after_index:
             after_index(out)
-    _check_steps_order(out)
-    _check_memory_history(out)
+    for name, check in TABLE_CHECKS.items():
+        if name in out.tables:
+            check(out)
     return out
+
+
+def read_lazy_table(c: RunContents, name: str, read: Callable[[Path, str], TableRead] = read_one_table) -> None:
+    """Read a table that :func:`read_run` left out (``lazy``) into ``c``, with its checks;
+    its problems join ``c.problems``."""
+    _add_table(c, name, read(c.dir / name, name))
+    check = TABLE_CHECKS.get(name)
+    if check is not None:
+        check(c)
+
+
+def _add_table(c: RunContents, name: str, t: TableRead) -> None:
+    """Put one table read into ``c`` (the index de-duplicated)."""
+    c.problems += t.problems
+    if t.columns is not None:
+        c.columns[name] = t.columns
+        c.tables[name], c.lines[name] = t.records, t.lines
+    else:
+        c.tables[name], c.lines[name] = list(t.records), list(t.lines)
+        if name == "index.jsonl":
+            _dedupe_index(c)
 
 
 def _dedupe_index(c: RunContents) -> None:
@@ -142,6 +163,47 @@ def _check_memory_history(c: RunContents) -> None:
         broken.add(w.path)
 
 
+def _check_seen(c: RunContents) -> None:
+    """Each ``seen.jsonl`` row names an indexed episode (one after the last indexed episode is
+    the one being committed when the run stopped: a warning; one problem per episode, at its
+    first line) and, in a Crafter run (the
+    manifest says so), cells inside the world (its ``config.area``, else 64x64; a warning). The rows stay."""
+    rows: list[SeenRow] = c.tables["seen.jsonl"]
+    if not rows:
+        return
+    indexed = set(_episode_ids(c))
+    last = max((int(e[3:]) for e in indexed), default=-1)
+    crafter = c.manifest is not None and c.manifest.env == "crafter"
+    area = (0, 0)
+    if crafter:
+        from mfm.envs.rules import AREA  # here: importing mfm.envs loads the game, which no other check needs
+
+        side = (c.manifest.config or {}).get("area")
+        area = (side, side) if isinstance(side, int) and not isinstance(side, bool) else AREA
+    unknown: set[str] = set()
+    for n, r in zip(c.lines["seen.jsonl"], rows):
+        if r.episode not in indexed and r.episode not in unknown:
+            unknown.add(r.episode)
+            if int(r.episode[3:]) > last:
+                c.problems.append(Problem("seen.jsonl", n, f"episode {r.episode} is not in index.jsonl yet (being "
+                                                            "committed when the run stopped)", "warning"))
+            else:
+                c.problems.append(Problem("seen.jsonl", n, f"episode {r.episode} is not in index.jsonl"))
+        if crafter:
+            outside = [xy for xy in r.cells if not (0 <= xy[0] < area[0] and 0 <= xy[1] < area[1])]
+            if outside:
+                c.problems.append(Problem("seen.jsonl", n, f"{r.material}: {len(outside)} cell(s) outside the "
+                                                           f"{area[0]}x{area[1]} world, e.g. {outside[0]}", "warning"))
+
+
+TABLE_CHECKS: dict[str, Callable[[RunContents], None]] = {
+    "steps.jsonl": _check_steps_order,
+    "memory_writes.jsonl": _check_memory_history,
+    "seen.jsonl": _check_seen,
+}
+"""Checks of a table against itself or the index, run in this order once it is read."""
+
+
 EpisodeRef = tuple[int, str, str, str | None, int]
 """(line in ``index.jsonl``, episode id, folder, observation image, frames) of an indexed episode."""
 
@@ -167,7 +229,7 @@ class FileCheck:
 
 
 def validate(run_dir: Path, frames: bool = False, read: Callable[[Path, str], TableRead] = read_one_table,
-             files: Callable[[Path], FileCheck] = FileCheck) -> RunContents:
+             files: Callable[[Path], FileCheck] = FileCheck, lazy: bool = False) -> RunContents:
     """:func:`read_run` plus file checks: episode folders, frames, orphans, the manifest.
 
     The file checks (a few stat calls per episode) run on a second thread while the other
@@ -175,7 +237,8 @@ def validate(run_dir: Path, frames: bool = False, read: Callable[[Path, str], Ta
 
     ``read`` reads one table file (:func:`read_run`); ``files`` makes the file checks. The
     defaults read and stat everything, every time (``mfm validate``); the loaders read large
-    files faster and serve unchanged ones from a cache (``loaders.cachedread.validate``)."""
+    files faster and serve unchanged ones from a cache (``loaders.cachedread.validate``), and
+    leave the :data:`LAZY_TABLES` for later (``lazy``)."""
     run_dir = Path(run_dir)
     checks: list[Future] = []
     pool = ThreadPoolExecutor(max_workers=1)
@@ -191,7 +254,7 @@ def validate(run_dir: Path, frames: bool = False, read: Callable[[Path, str], Ta
             checks.append(done)
 
     try:
-        c = read_run(run_dir, after_index=index_read, read=read)
+        c = read_run(run_dir, after_index=index_read, read=read, lazy=lazy)
         if c.manifest is None and not c.tables:
             return c
         index: list[IndexRow] = c.tables["index.jsonl"]
@@ -223,6 +286,12 @@ def _episode_refs(c: RunContents) -> list[EpisodeRef]:
         images = [v if isinstance(v, str) else None for v in df["image"].tolist()]
         return list(zip(c.lines["index.jsonl"], df["id"].tolist(), df["path"].tolist(), images, df["frames"].tolist()))
     return [(n, r.id, r.path, r.image, r.frames) for n, r in zip(c.lines["index.jsonl"], c.tables["index.jsonl"])]
+
+
+def _episode_ids(c: RunContents) -> list[str]:
+    """The indexed episode ids (from columns when the index was read as columns)."""
+    df = c.columns.get("index.jsonl")
+    return df["id"].tolist() if df is not None else [r.id for r in c.tables["index.jsonl"]]
 
 
 OUTSIDE = "leads outside the run (through a symlink), refused"

@@ -14,7 +14,7 @@ from PIL import Image
 
 from conftest import REPO
 from dash_browser import dashboard, needs_browser, no_exception, query, screenshot, settle, url
-from raw import jsonl, stored_frame
+from raw import action_of, collect_failure, crowded_turn, found_at_target, jsonl, respawn_turn, stored_frame
 
 pytestmark = [needs_browser, pytest.mark.slow]
 
@@ -83,35 +83,37 @@ def test_runs_path_is_a_page(server, page) -> None:
     shot(page, "runs_path", tall=1200)
 
 
-def test_turn_44_in_one_place(server, page) -> None:
-    turn = next(t for t in rows("turns.jsonl") if t["turn"] == 44)
-    life = turn["life"]
+def test_a_respawn_turn_in_one_place(server, page) -> None:
+    turn = respawn_turn(RUN)
+    n, life = turn["turn"], turn["life"]
     respawn = next(e for e in rows("lives.jsonl") if e["event"] == "respawn" and e["life"] == life)
     assert respawn["step"] == turn["first_step"]
     ids = next(c for c in turn["calls"] if c["tool"] == "search")["result"]["ids"]
-    insp = next(c for c in turn["calls"] if c["tool"] == "inspect" and c["args"]["episode"] == "ep_000042")
-    tree = next(f for f in insp["result"]["found"] if (f["name"], f["x"], f["y"]) == ("tree", 15, 29))
-    ep42 = next(r for r in rows("index.jsonl") if r["id"] == "ep_000042")
-    at = next(s for s in rows("steps.jsonl") if s["step"] == tree["step"] and s["life"] == ep42["life"])
-    col, row = tree["x"] - at["x"] + 4, tree["y"] - at["y"] + 3
-    write = next(w for w in rows("memory_writes.jsonl") if w["turn"] == 44 and w["path"] == "mine/GUIDE.md")
-    added = next(x for _, _, lines in write["diff"] for x in lines if "res:tree@15,29" in x).rstrip("\n")
+    returned = [i for c in turn["calls"] if c["tool"] == "search" for i in c["result"]["ids"]]
+    insp, seen = found_at_target(turn)[0]
+    episode = insp["args"]["episode"]
+    ref = next(r for r in rows("index.jsonl") if r["id"] == episode)
+    at = next(s for s in rows("steps.jsonl") if s["step"] == seen["step"] and s["life"] == ref["life"])
+    col, row = seen["x"] - at["x"] + 4, seen["y"] - at["y"] + 3
+    key = f"res:{seen['name']}@{seen['x']},{seen['y']}"
+    write = next(w for w in rows("memory_writes.jsonl") if w["turn"] == n and w["path"] == "mine/GUIDE.md")
+    added = next(x for _, _, lines in write["diff"] for x in lines if key in x).rstrip("\n")
     target = next(g for g in turn["targets"] if not g["in_plan"])
 
-    page.goto(url(server, "turns", runs=KEY, turn="44"))
+    page.goto(url(server, "turns", runs=KEY, turn=str(n)))
     settle(page, timeout=120)
-    see(page, f"Turn 44 · life {life} · steps {turn['first_step']}–{turn['last_step']}")
+    see(page, f"Turn {n} · life {life} · steps {turn['first_step']}–{turn['last_step']}")
     see(page, f"({respawn['x']}, {respawn['y']}) in life {life}")
     see(page, f"first frame of life {life} after step {turn['first_step']}")
     see(page, f"search · {len(ids)} episode(s) returned")
     captions = page.locator('[data-testid="stImageCaption"]').all_inner_texts()
-    assert sorted(c.strip() for c in captions if c.strip() in ids) == sorted(ids)
-    cap = f"ep_000042 · step {tree['step']}"
-    see(page, f"tree (15, 29) at tile ({col}, {row})")
+    assert sorted(c.strip() for c in captions if c.strip() in returned) == sorted(returned)
+    cap = f"{episode} · step {seen['step']}"
+    see(page, f"{seen['name']} ({seen['x']}, {seen['y']}) at tile ({col}, {row})")
     img = image_with_caption(page, server, cap)
     factor = img.shape[1] // 64
     unit = (64 // 9) * factor
-    frame = raw_frame(tree["step"])
+    frame = raw_frame(seen["step"])
     assert img.shape == (64 * factor, 64 * factor, 3)
     assert tuple(img[row * unit, col * unit + unit // 2]) == OUTLINE
     assert tuple(img[row * unit + unit // 2, col * unit]) == OUTLINE
@@ -121,8 +123,8 @@ def test_turn_44_in_one_place(server, page) -> None:
     see(page, f"write {write['seq']} · mine/GUIDE.md")
     assert "+" + added in code_texts(page)
     see(page, f"{target['kind']} ({target['x']}, {target['y']}): new target")
-    shot(page, "turn_44", tall=5200)
-    assert query(page)["turn"] == "44"
+    shot(page, f"turn_{n}", tall=5200)
+    assert query(page)["turn"] == str(n)
 
 
 def _pick(pg, label: str, option: str) -> None:
@@ -134,24 +136,27 @@ def _pick(pg, label: str, option: str) -> None:
 
 
 def test_failure_finder_to_world_aligned_diff(server, page) -> None:
-    deaths = {e["episode"]: e for e in rows("lives.jsonl") if e["event"] == "death"}
-    failed = [r for r in rows("index.jsonl") if r.get("outcome") in ("failed", "interrupted") or r["id"] in deaths]
-    stone = [r for r in failed if r["id"] in deaths and r["action_kind"] == "collect"
-             and json.loads((RUN / r["path"] / "action.json").read_text())["args"].get("material") == "stone"]
-    assert [r["id"] for r in stone] == ["ep_000077"]
-    ep = stone[0]
-    death = deaths[ep["id"]]
-    before, after = death["step"] - 1, death["step"]
+    run_dir, ep, outcome = collect_failure(ROOT)
+    key = run_dir.name
+    deaths = {e["episode"]: e for e in jsonl(run_dir / "lives.jsonl") if e["event"] == "death"}
+    index = jsonl(run_dir / "index.jsonl")
+    failed = [r for r in index if r.get("outcome") in ("failed", "interrupted") or r["id"] in deaths]
+    material = action_of(run_dir, ep)["args"]["material"]
+    match = [r for r in failed if r["action_kind"] == "collect" and action_of(run_dir, r)["args"].get("material") ==
+             material and ("death" if r["id"] in deaths else r["outcome"]) == outcome]
+    assert ep in match
+    after = deaths[ep["id"]]["step"] if outcome == "death" else ep["last_step"]
+    before = after - 1
 
-    page.goto(url(server, "failures", runs=KEY))
+    page.goto(url(server, "failures", runs=key))
     settle(page, timeout=120)
     see(page, f"{len(failed)} of {len(failed)} failures and deaths match")
     _pick(page, "Action", "collect")
-    _pick(page, "Material", "stone")
-    _pick(page, "Outcome", "death")
-    see(page, f"1 of {len(failed)} failures and deaths match")
+    _pick(page, "Material", material)
+    _pick(page, "Outcome", outcome)
+    see(page, f"{len(match)} of {len(failed)} failures and deaths match")
     assert {k: query(page).get(k) for k in ("act", "mat", "outcome")} == {
-        "act": "collect", "mat": "stone", "outcome": "death"}
+        "act": "collect", "mat": material, "outcome": outcome}
     page.locator('[data-testid="stSelectbox"]').filter(has_text="Open the filmstrip of").first.click()
     page.keyboard.type(ep["id"])
     page.keyboard.press("Enter")
@@ -161,30 +166,33 @@ def test_failure_finder_to_world_aligned_diff(server, page) -> None:
     assert query(page)["ep"] == ep["id"]
     captions = [c for c in page.locator('[data-testid="stImageCaption"]').all_inner_texts() if c.startswith("step ")]
     assert len(captions) == ep["frames"]
-    shot(page, "failures_ep_000077", tall=1800)
+    shot(page, f"failures_{ep['id']}", tall=1800)
 
     page.get_by_text(f"Compare step {before} with step {after} in Frames (world-aligned)").first.click()
     settle(page, timeout=120)
     see(page, "Difference")
     q = query(page)
-    assert q["frames"] == f"{KEY}:{before},{KEY}:{after}" and q["align"] == "1" and q["diff"] == "1"
-    steps = {s["step"]: s for s in rows("steps.jsonl")}
+    assert q["frames"] == f"{key}:{before},{key}:{after}" and q["align"] == "1" and q["diff"] == "1"
+    steps = {s["step"]: s for s in jsonl(run_dir / "steps.jsonl") if s["life"] == ep["life"]}
     dx, dy = steps[before]["x"] - steps[after]["x"], steps[before]["y"] - steps[after]["y"]
-    a, b = raw_frame(before).astype(int), raw_frame(after).astype(int)
+    a, b = stored_frame(run_dir, before).astype(int), stored_frame(run_dir, after).astype(int)
     assert (dx, dy) == (0, 0)
     changed = int((np.abs(a - b).max(axis=-1) > 8).sum())
     differ = int((np.abs(a - b).max(axis=-1) > 0).sum())
     see(page, f"{changed} px changed by more than 8 levels ({differ} differ at all)")
     see(page, f"world-aligned, shifted {dx:+d}, {dy:+d} tiles")
-    shot(page, "frames_world_aligned_740_741", tall=2600)
+    shot(page, f"frames_world_aligned_{before}_{after}", tall=2600)
 
 
 def test_retarget_map_labels_do_not_overlap(server, page) -> None:
-    turn = next(t for t in rows("turns.jsonl") if t["turn"] == 44)
+    from dashboard import charts
+
+    run_dir, turn = crowded_turn(ROOT, charts.LABEL_GAP)
+    n = turn["turn"]
     inspected = {c["args"]["episode"] for c in turn["calls"] if c["tool"] == "inspect"}
-    page.goto(url(server, "retargeting", runs=KEY, turn="44"))
+    page.goto(url(server, "retargeting", runs=run_dir.name, turn=str(n)))
     settle(page, timeout=120)
-    see(page, "Open turn 44 in Turns")
+    see(page, f"Open turn {n} in Turns")
     boxes = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot .textpoint text'))
         .map(t => { const b = t.getBoundingClientRect();
                     return [b.left, b.top, b.right, b.bottom, t.textContent]; })""")
@@ -192,5 +200,5 @@ def test_retarget_map_labels_do_not_overlap(server, page) -> None:
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
             assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], f"labels {a[4]} and {b[4]} overlap"
-    assert len(boxes) <= len(inspected)
-    shot(page, "retargeting_turn_44", tall=2600)
+    assert len(boxes) < len(inspected)
+    shot(page, f"retargeting_turn_{n}", tall=2600)

@@ -7,7 +7,9 @@ import json
 import shutil
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -22,6 +24,31 @@ from loaders.run import open_run
 SAMPLES = REPO / "sample_runs"
 MFM = SAMPLES / "diamond_mfm_s2"
 RUNS = sorted(p.name for p in SAMPLES.iterdir() if (p / "run.json").is_file())
+INDEX = jsonl(MFM / "index.jsonl")
+TURNS = sorted(jsonl(MFM / "turns.jsonl"), key=lambda t: t["turn"])
+LIVES = sorted({s["life"] for s in jsonl(MFM / "steps.jsonl")})
+
+
+def first_episode(fits: Callable[[dict], bool]) -> str:
+    """The id of the first episode of diamond_mfm_s2 whose index row ``fits``."""
+    return next(r["id"] for r in INDEX if fits(r))
+
+
+def inspected_turn() -> int:
+    """The first turn that searched, wrote memory and inspected episodes, each inspection
+    finding something."""
+    return next(t["turn"] for t in TURNS if any(c["tool"] == "search" for c in t["calls"])
+                and any(c["tool"] == "write" for c in t["calls"])
+                and [c for c in t["calls"] if c["tool"] == "inspect"]
+                and all(c["result"].get("found") for c in t["calls"] if c["tool"] == "inspect"))
+
+
+def last_inspecting_turn() -> int:
+    """The last turn that inspected episodes and did not start a life (a respawn step's frame
+    is the previous life's, so such a turn has no frame of its first step)."""
+    respawns = {(e["life"], e["step"]) for e in jsonl(MFM / "lives.jsonl") if e["event"] == "respawn"}
+    return [t["turn"] for t in TURNS if any(c["tool"] == "inspect" for c in t["calls"])
+            and (t["life"], t["first_step"]) not in respawns][-1]
 
 
 @pytest.fixture
@@ -41,13 +68,13 @@ def hostile(tmp_path: Path) -> Path:
     p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     p = run / "turns.jsonl"
     rows = jsonl(p)
-    t = next(r for r in rows if r["turn"] == 21)
+    t = next(r for r in rows if r["turn"] == inspected_turn())
     t["note"] = "</pre><script>alert('t')</script>"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     p = run / "memory_writes.jsonl"
     rows = jsonl(p)
     for r in rows:
-        if r["turn"] == 21:
+        if r["turn"] == inspected_turn():
             r["reason"] = "<iframe src=javascript:alert(2)>"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return run
@@ -92,12 +119,15 @@ def test_a_run_renders_itself_in_jupyter():
 
 # --- an episode ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("ep_id, max_frames, scale", [("ep_000045", 8, 3), ("ep_000077", 16, 2),
-                                                       ("ep_000034", 5, 4)])
+@pytest.mark.parametrize("ep_id, max_frames, scale", [
+    (first_episode(lambda r: 8 < r.get("frames", 0) <= 64), 8, 3),
+    (first_episode(lambda r: 1 < r.get("frames", 0) < 16), 16, 2),
+    (first_episode(lambda r: r.get("frames", 0) > 64), 5, 4)])
 def test_episode_strip_is_the_stored_frames_enlarged(ep_id, max_frames, scale):
     """Each image of the strip is a stored frame (cut from its WebP strip here) enlarged by the
     integer factor with nearest neighbour: size = frame size × scale, pixels equal; the strip
-    spans the episode's steps evenly, first and last frame included."""
+    spans the episode's steps evenly, first and last frame included. The episodes: more frames
+    than shown in one strip file, fewer frames than may be shown, frames in two strip files."""
     row = next(r for r in jsonl(MFM / "index.jsonl") if r["id"] == ep_id)
     page = Page(Episode(open_run(MFM), ep_id, max_frames=max_frames, scale=scale)._repr_html_())
     shown = min(max_frames, row["frames"])
@@ -115,15 +145,14 @@ def test_episode_strip_is_the_stored_frames_enlarged(ep_id, max_frames, scale):
 
 
 def test_episode_without_frames_shows_its_end_observation():
-    """A collect that failed without a step recorded no per-step frame: its end observation
+    """An action that failed without a step recorded no per-step frame: its end observation
     (observation/image.png) is shown instead, pixel-exact."""
-    row = next(r for r in jsonl(MFM / "index.jsonl") if r["id"] == "ep_000003")
-    assert row["frames"] == 0 and row["outcome"] == "failed"
-    page = Page(Episode(open_run(MFM), "ep_000003", scale=2)._repr_html_())
+    row = next(r for r in INDEX if not r.get("frames") and r.get("outcome") == "failed" and r.get("image"))
+    page = Page(Episode(open_run(MFM), row["id"], scale=2)._repr_html_())
     assert len(page.images) == 1
     expected = np.asarray(Image.open(MFM / row["image"]).convert("RGB"))
     assert np.array_equal(shrink(decode(page.images[0]["src"]), 2), expected)
-    assert "failed" in repr(Episode(open_run(MFM), "ep_000003"))
+    assert "failed" in repr(Episode(open_run(MFM), row["id"]))
 
 
 def test_an_unknown_episode_or_turn_says_so():
@@ -134,12 +163,13 @@ def test_an_unknown_episode_or_turn_says_so():
 
 # --- a turn ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("number", [21, 103, 0])
+@pytest.mark.parametrize("number", [inspected_turn(), last_inspecting_turn(), TURNS[0]["turn"]])
 def test_turn_shows_search_inspections_writes_plan_and_targets(number):
     """The turn view holds, from turns.jsonl and memory_writes.jsonl read here: every episode
     id a search returned, every inspected episode and the names of what it found, every memory
     write of the turn (seq and reason), the plan after the turn and its new targets; its first
-    frame is the frame of the turn's first step, enlarged ×2."""
+    frame is the frame of the turn's first step, enlarged ×2. The turns: the first and the last
+    that inspected episodes, and the first."""
     turn = next(t for t in jsonl(MFM / "turns.jsonl") if t["turn"] == number)
     run = open_run(MFM)
     html = Turn(run, number)._repr_html_()
@@ -170,9 +200,9 @@ def test_turn_shows_search_inspections_writes_plan_and_targets(number):
 def test_turn_frames_show_what_was_inspected():
     """Beside the frame the agent had, the frames its inspections opened (the step of the
     first thing each saw), pixel-exact."""
-    turn = next(t for t in jsonl(MFM / "turns.jsonl") if t["turn"] == 21)
+    turn = next(t for t in TURNS if t["turn"] == inspected_turn())
     inspects = [c for c in turn["calls"] if c["tool"] == "inspect"]
-    page = Page(Turn(open_run(MFM), 21)._repr_html_())
+    page = Page(Turn(open_run(MFM), turn["turn"])._repr_html_())
     assert len(page.images) == 1 + len(inspects)
     for im, call in zip(page.images[1:], inspects):
         step = min(f["step"] for f in call["result"]["found"])
@@ -212,16 +242,21 @@ def test_missing_frames_are_named_not_raised(tmp_path):
     missing instead of raising; the rest of the episode still shows."""
     from loaders.scrubber import scrubber
 
+    life = LIVES[1]
+    row = next(r for r in INDEX if r["life"] == life and r.get("frames", 0) >= 2)
+    inside = row["first_step"] + 1 + row["frames"] // 2
+    later = next(r["first_step"] + 1 for r in INDEX if r["life"] == life and r.get("frames")
+                 and r["first_step"] >= row["last_step"])
     run_dir = tmp_path / "damaged"
     shutil.copytree(MFM, run_dir)
-    shutil.rmtree(run_dir / "episodes" / "ep_000045" / "frames")
+    shutil.rmtree(run_dir / row["path"] / "frames")
     run = open_run(run_dir)
-    html = Episode(run, "ep_000045")._repr_html_()
-    assert "frames unavailable" in html and "00000.webp" in html and "skeleton adjacent" in html
-    w = scrubber(run, life=1, step=410)
-    assert w.step == 410 and w.frame == "" and "frame unavailable" in w.caption
-    w.step = 430
-    assert np.array_equal(shrink(decode(w.frame), 4), stored_frame(MFM, 430))
+    html = Episode(run, row["id"])._repr_html_()
+    assert "frames unavailable" in html and "00000.webp" in html and escape(row["summary"]) in html
+    w = scrubber(run, life=life, step=inside)
+    assert w.step == inside and w.frame == "" and "frame unavailable" in w.caption
+    w.step = later
+    assert np.array_equal(shrink(decode(w.frame), 4), stored_frame(MFM, later))
 
 
 # --- untrusted strings ---------------------------------------------------------------------------
@@ -231,7 +266,8 @@ def test_strings_from_a_run_are_escaped(hostile):
     write's reason shows as text: no tag from the run reaches the page."""
     run = open_run(hostile)
     pages = {"run": run._repr_html_(), "episode": Episode(run, "ep_000045")._repr_html_(),
-             "turn": Turn(run, 21)._repr_html_(), "memory": MemoryFile(run, "mine/GUIDE.md", 90)._repr_html_()}
+             "turn": Turn(run, inspected_turn())._repr_html_(),
+             "memory": MemoryFile(run, "mine/GUIDE.md", 90)._repr_html_()}
     for name, html in pages.items():
         tags = set(Page(html).tags)
         assert not tags & {"script", "iframe", "marquee"}, name
@@ -260,7 +296,7 @@ def life_steps(run_dir: Path, life: int) -> list[dict]:
     return sorted((s for s in jsonl(run_dir / "steps.jsonl") if s["life"] == life), key=lambda s: s["step"])
 
 
-@pytest.mark.parametrize("life", [0, 1, 3])
+@pytest.mark.parametrize("life", sorted({LIVES[0], LIVES[1], LIVES[-1]}))
 def test_scrubber_steps_through_a_life_with_position_and_turn(life):
     """The scrubber's steps are the life's steps of steps.jsonl; at each step shown it has
     that step's stored frame enlarged, the position and action of the trace, and the turn
@@ -296,14 +332,16 @@ def test_scrubber_starts_at_a_step_and_shows_a_still_without_a_widget_manager():
     as a pixel-exact still."""
     from loaders.scrubber import scrubber
 
-    w = scrubber(open_run(MFM), life=2, step=700, scale=2)
-    assert w.step == 700
+    trace = life_steps(MFM, LIVES[-1])
+    step = trace[len(trace) // 2]["step"]
+    w = scrubber(open_run(MFM), life=LIVES[-1], step=step, scale=2)
+    assert w.step == step
     bundle = w._repr_mimebundle_()
     data = bundle[0] if isinstance(bundle, tuple) else bundle
     assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == w.model_id
     page = Page(data["text/html"])
-    assert np.array_equal(shrink(decode(page.images[0]["src"]), 2), stored_frame(MFM, 700))
-    assert "step 700" in data["text/plain"]
+    assert np.array_equal(shrink(decode(page.images[0]["src"]), 2), stored_frame(MFM, step))
+    assert f"step {step}" in data["text/plain"]
 
 
 def test_scrubber_refuses_a_life_without_frames():
@@ -437,11 +475,25 @@ def test_scrubber_in_jupyterlab(tmp_path):
         log.close()
 
 
-@pytest.mark.parametrize("ep_id", ["ep_000034", "ep_000035", "ep_000044"])
+def death_episode() -> str:
+    """The first episode that ended in a death and stored frames."""
+    deaths = {e["episode"] for e in jsonl(MFM / "lives.jsonl") if e["event"] == "death"}
+    return first_episode(lambda r: r["id"] in deaths and r.get("frames"))
+
+
+def after_long_episode() -> str:
+    """The first episode with frames after the first one stored in two strip files or more."""
+    long = first_episode(lambda r: r.get("frames", 0) > 64)
+    return first_episode(lambda r: r["id"] > long and r.get("frames"))
+
+
+@pytest.mark.parametrize("ep_id", [first_episode(lambda r: r.get("frames", 0) > 64), after_long_episode(),
+                                   death_episode()])
 def test_the_dashboard_scrubber_sends_the_stored_frames_and_the_steps_trace(ep_id):
     """``episode_scrub`` (what the Timeline's in-browser scrubber gets): one PNG per step, the
     pixels cut from the episode's WebP strips, and per step the position, action, vitals and
-    inventory of that step's row of ``steps.jsonl``, read here with ``json``."""
+    inventory of that step's row of ``steps.jsonl``, read here with ``json``. The episodes: the
+    first with frames in two strip files, the next with frames, the first that ended in a death."""
     from loaders.scrubber import episode_scrub
 
     run_dir = SAMPLES / "diamond_mfm_s2"

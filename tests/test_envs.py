@@ -133,7 +133,7 @@ def _assert_local_sized(value: object, field: str) -> None:
 def test_perception_is_honest_and_local() -> None:
     expected_fields = {
         "step", "life", "frame", "pos", "facing", "vitals", "inventory", "achievements",
-        "local", "daylight", "sleeping"}
+        "local", "daylight", "sleeping", "area"}
     assert {f.name for f in dataclasses.fields(Perception)} == expected_fields
     assert {f.name for f in dataclasses.fields(StepResult)} == {
         "perception", "reward", "terminated", "truncated", "died", "death_cause",
@@ -146,6 +146,7 @@ def test_perception_is_honest_and_local() -> None:
         assert perception.frame.shape == (64, 64, 3) and not perception.frame.flags.writeable
         assert len(perception.local) == 9 and all(len(col) == 7 for col in perception.local)
         assert perception.local[4][3] == "player"
+        assert perception.area == (64, 64), "the world's size, a rule of the game, not a view of it"
         for field in expected_fields - {"frame"}:
             _assert_local_sized(getattr(perception, field), field)
         assert set(perception.vitals) == {"health", "food", "drink", "energy"}
@@ -428,5 +429,5 @@ def test_the_game_rules_have_one_home() -> None:
     from mfm.agent import policy
 
     assert (policy.HALF_COLS, policy.HALF_ROWS) == (crafter_env.HALF_COLS, crafter_env.HALF_ROWS) == (4, 3)
-    assert policy._lattice()[0] == (policy.EDGE, policy.EDGE)
-    assert policy._lattice()[-1] == (game.AREA[0] - 4, game.AREA[1] - 4) == (60, 60)
+    assert policy._lattice(game.AREA)[0] == (policy.EDGE, policy.EDGE)
+    assert policy._lattice(game.AREA)[-1] == (game.AREA[0] - 4, game.AREA[1] - 4) == (60, 60)

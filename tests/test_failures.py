@@ -2,18 +2,69 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO, open_app, texts, use_root
+from raw import action_of, collect_failure, sample_runs
 from loaders import failures as fl
 from loaders.run import open_run
 
-RUN = REPO / "sample_runs" / "diamond_mfm_s2"
+SAMPLES = REPO / "sample_runs"
+RUN = SAMPLES / "diamond_mfm_s2"
 
 
-def _rows(name: str) -> list[dict]:
-    return [json.loads(line) for line in (RUN / name).read_text().splitlines() if line.strip()]
+def _rows(name: str, run: Path = RUN) -> list[dict]:
+    return [json.loads(line) for line in (run / name).read_text().splitlines() if line.strip()]
+
+
+def death_collects() -> tuple[Path, str, list[str]]:
+    """The first sample run with a collect that ended in death: the run, the material of its
+    first such collect, and every collect of that material that ended in death, in index order."""
+    for run in sample_runs(SAMPLES):
+        deaths = {e["episode"] for e in _rows("lives.jsonl", run) if e["event"] == "death"}
+        died = [(r["id"], action_of(run, r)["args"].get("material")) for r in _rows("index.jsonl", run)
+                if r["id"] in deaths and r["action_kind"] == "collect"]
+        if died:
+            return run, died[0][1], [e for e, m in died if m == died[0][1]]
+    raise AssertionError("no sample run has a collect that ended in death")
+
+
+def failed_collect() -> tuple[Path, dict]:
+    """The first collect that failed or was interrupted without a death, in the first sample
+    run that has one: the run and its index row."""
+    for run in sample_runs(SAMPLES):
+        deaths = {e["episode"] for e in _rows("lives.jsonl", run) if e["event"] == "death"}
+        for r in _rows("index.jsonl", run):
+            if r.get("outcome") in ("failed", "interrupted") and r["action_kind"] == "collect" \
+                    and r["id"] not in deaths:
+                return run, r
+    raise AssertionError("no sample run has a failed collect")
+
+
+def raw_cause(summary: str) -> str:
+    """The reason of an episode summary (``... -> failed: <reason>; ...``) with its cells
+    written ``(x, y)``."""
+    reason = summary.split("->", 1)[1].split(";")[0].split(":", 1)[1]
+    return re.sub(r"\(-?\d+, -?\d+\)", "(x, y)", reason).strip()
+
+
+def causes_with_commas() -> tuple[Path, int, list[str]]:
+    """The first sample run and life whose failures (no death) have a cause with a comma and
+    another cause: the run, the life and the two causes, sorted."""
+    for run in sample_runs(SAMPLES):
+        deaths = {e["episode"] for e in _rows("lives.jsonl", run) if e["event"] == "death"}
+        rows = [r for r in _rows("index.jsonl", run) if r.get("outcome") in ("failed", "interrupted")
+                and r["id"] not in deaths and ":" in r["summary"].split("->", 1)[-1].split(";")[0]]
+        for life in sorted({r["life"] for r in rows}):
+            causes = sorted({raw_cause(r["summary"]) for r in rows if r["life"] == life})
+            comma = [c for c in causes if "," in c]
+            other = [c for c in causes if c not in comma[:1]]
+            if comma and other:
+                return run, life, sorted([comma[0], other[0]])
+    raise AssertionError("no sample run has a failure whose cause holds a comma")
 
 
 @pytest.fixture(scope="module")
@@ -31,33 +82,29 @@ def test_every_failure_and_death_is_listed(run) -> None:
         row = df[df["episode"] == ep].iloc[0]
         assert (row["outcome"], row["cause"], row["step"], row["life"]) == (
             "death", f"died ({e['cause']})", e["step"], e["life"])
-    failed = next(r for r in idx if r.get("outcome") == "failed" and r["action_kind"] == "collect")
-    row = df[df["episode"] == failed["id"]].iloc[0]
-    action = json.loads((RUN / failed["path"] / "action.json").read_text())
+    run_dir, failed = failed_collect()
+    other = fl.failures(open_run(run_dir))
+    row = other[other["episode"] == failed["id"]].iloc[0]
+    action = action_of(run_dir, failed)
     assert (row["action"], row["material"], row["target_x"], row["target_y"]) == (
         action["atom"], action["args"]["material"], action["args"]["x"], action["args"]["y"])
 
 
-def test_filter_collects_of_stone_ending_in_death(run) -> None:
-    deaths = {e["episode"] for e in _rows("lives.jsonl") if e["event"] == "death"}
-    want = []
-    for r in _rows("index.jsonl"):
-        if r["id"] in deaths and r["action_kind"] == "collect":
-            action = json.loads((RUN / r["path"] / "action.json").read_text())
-            if action["args"].get("material") == "stone":
-                want.append(r["id"])
-    got = fl.filter_failures(fl.failures(run), ["collect"], ["stone"], ["death"])
-    assert list(got["episode"]) == want == ["ep_000077"]
+def test_filter_collects_of_a_material_ending_in_death(run) -> None:
+    run_dir, material, want = death_collects()
+    got = fl.filter_failures(fl.failures(open_run(run_dir)), ["collect"], [material], ["death"])
+    assert list(got["episode"]) == want and want
     assert len(fl.filter_failures(fl.failures(run), lives=[0], steps=(0, 100))) == len(
         [r for r in fl.failures(run).itertuples() if r.life == 0 and r.step <= 100])
 
 
-def test_filmstrip_outlines_the_target(run) -> None:
-    ref = next(r for r in _rows("index.jsonl") if r["id"] == "ep_000077")
-    action = json.loads((RUN / ref["path"] / "action.json").read_text())
+def test_filmstrip_outlines_the_target() -> None:
+    run_dir, ref, _ = collect_failure(SAMPLES)
+    run = open_run(run_dir)
+    action = action_of(run_dir, ref)
     target = (action["args"]["x"], action["args"]["y"])
-    steps = {s["step"]: s for s in _rows("steps.jsonl")}
-    strip = fl.filmstrip(run, "ep_000077", target)
+    steps = {s["step"]: s for s in _rows("steps.jsonl", run_dir) if s["life"] == ref["life"]}
+    strip = fl.filmstrip(run, ref["id"], target)
     assert [f.step for f in strip] == list(range(ref["first_step"] + 1, ref["first_step"] + 1 + ref["frames"]))
     for f in strip:
         s = steps[f.step]
@@ -83,28 +130,38 @@ def test_failure_without_frames(run) -> None:
 
 
 def test_failures_page(monkeypatch: pytest.MonkeyPatch) -> None:
-    use_root(monkeypatch, REPO / "sample_runs")
-    at = open_app("failures", runs="diamond_mfm_s2", act="collect", mat="stone", outcome="death", ep="ep_000077")
+    use_root(monkeypatch, SAMPLES)
+    run_dir, ref, outcome = collect_failure(SAMPLES)
+    key, ep = run_dir.name, ref["id"]
+    material = action_of(run_dir, ref)["args"]["material"]
+    deaths = {e["episode"] for e in _rows("lives.jsonl", run_dir) if e["event"] == "death"}
+    idx = _rows("index.jsonl", run_dir)
+    failures = {r["id"] for r in idx if r.get("outcome") in ("failed", "interrupted")} | deaths
+    want = [r["id"] for r in idx if r["id"] in failures and r["action_kind"] == "collect"
+            and ("death" if r["id"] in deaths else r["outcome"]) == outcome
+            and action_of(run_dir, r)["args"].get("material") == material]
+    at = open_app("failures", runs=key, act="collect", mat=material, outcome=outcome, ep=ep)
     t = texts(at)
-    assert "1 of" in t and "ep_000077 · collect stone · death" in t
+    assert f"{len(want)} of {len(failures)} failures" in t and f"{ep} · collect {material} · {outcome}" in t
     assert at.multiselect(key="w_fail_act").value == ["collect"]
+    assert at.multiselect(key="w_fail_mat").value == [material]
+    assert at.multiselect(key="w_fail_out").value == [outcome]
     table = at.dataframe(key="fail_table").value
-    assert list(table["episode"]) == ["ep_000077"]
-    ref = next(r for r in _rows("index.jsonl") if r["id"] == "ep_000077")
+    assert list(table["episode"]) == want and ep in want
     assert len(at.get("image")) >= 1
     links = {p.proto.page: p.proto.query_string for p in at.get("page_link")}
-    assert f"frames=diamond_mfm_s2%3A{ref['last_step'] - 1}%2Cdiamond_mfm_s2%3A{ref['last_step']}" in links["frames"]
+    assert f"frames={key}%3A{ref['last_step'] - 1}%2C{key}%3A{ref['last_step']}" in links["frames"]
     assert "align=1" in links["frames"] and f"turn={ref['turn']}" in links["turns"]
 
 
 def test_failures_page_filters_by_causes_with_commas(monkeypatch: pytest.MonkeyPatch) -> None:
-    use_root(monkeypatch, REPO / "sample_runs")
-    causes = ["no tree at (x, y) (grass)", "zombie adjacent"]
-    idx = _rows("index.jsonl")
-    want = [r for r in idx if r.get("outcome") in ("failed", "interrupted")
-            and ("-> failed: no tree at" in r["summary"] or "zombie adjacent" in r["summary"].split(";")[0])]
-    at = open_app("failures", runs="diamond_mfm_s2", cause="|".join(causes), life="0,x")
+    use_root(monkeypatch, SAMPLES)
+    run_dir, life, causes = causes_with_commas()
+    deaths = {e["episode"] for e in _rows("lives.jsonl", run_dir) if e["event"] == "death"}
+    want = [r["id"] for r in _rows("index.jsonl", run_dir) if r.get("outcome") in ("failed", "interrupted")
+            and r["id"] not in deaths and r["life"] == life and raw_cause(r["summary"]) in causes]
+    at = open_app("failures", runs=run_dir.name, cause="|".join(causes), life=f"{life},x")
     assert at.multiselect(key="w_fail_cause").value == causes
-    assert at.multiselect(key="w_fail_life").value == [0]
+    assert at.multiselect(key="w_fail_life").value == [life]
     table = at.dataframe(key="fail_table").value
-    assert list(table["episode"]) == [r["id"] for r in want if r["life"] == 0]
+    assert list(table["episode"]) == want and want

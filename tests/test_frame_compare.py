@@ -2,6 +2,8 @@
 against frames read straight from the WebP strips of a sample run with PIL."""
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import pytest
 
@@ -17,9 +19,77 @@ def raw_frame(step: int) -> np.ndarray:
     return stored_frame(RUN, step)
 
 
+@cache
+def raw_positions() -> dict[int, tuple[int, int]]:
+    """The player's cell at each step of steps.jsonl (its first row for the step)."""
+    out: dict[int, tuple[int, int]] = {}
+    for r in jsonl(RUN / "steps.jsonl"):
+        out.setdefault(r["step"], (int(r["x"]), int(r["y"])))
+    return out
+
+
 def raw_position(step: int) -> tuple[int, int]:
-    row = next(r for r in jsonl(RUN / "steps.jsonl") if r["step"] == step)
-    return int(row["x"]), int(row["y"])
+    return raw_positions()[step]
+
+
+def framed_pairs() -> list[tuple[int, int]]:
+    """The steps (s, s + 1) whose frames are stored in one episode, in order."""
+    return [(s, s + 1) for r in jsonl(RUN / "index.jsonl")
+            for s in range(r["first_step"] + 1, r["first_step"] + r.get("frames", 0))]
+
+
+@cache
+def night_pair() -> tuple[int, int]:
+    """The first two consecutive frames where the player stood still and only night noise
+    changed: over 3000 pixels differ, fewer than 100 by more than 8 levels."""
+    for s, t in framed_pairs():
+        if raw_position(s) == raw_position(t):
+            delta = np.abs(raw_frame(s).astype(int) - raw_frame(t).astype(int)).max(axis=-1)
+            if (delta > 0).sum() > 3000 and (delta > 8).sum() < 100:
+                return s, t
+    raise AssertionError("no pair of frames with only night noise between them")
+
+
+def death_episode() -> dict:
+    """The index row of the last death whose episode stored two frames or more."""
+    deaths = {e["episode"]: e["step"] for e in jsonl(RUN / "lives.jsonl") if e["event"] == "death"}
+    return max((r for r in jsonl(RUN / "index.jsonl") if r["id"] in deaths and r.get("frames", 0) >= 2),
+               key=lambda r: deaths[r["id"]])
+
+
+def death_pair() -> tuple[int, int]:
+    """The step before that death (:func:`death_episode`) and the death step."""
+    ep = death_episode()["id"]
+    step = next(e["step"] for e in jsonl(RUN / "lives.jsonl") if e["event"] == "death" and e["episode"] == ep)
+    return step - 1, step
+
+
+@cache
+def move_pair() -> tuple[int, int]:
+    """The last two consecutive frames of one episode, up to the last death (as
+    :func:`death_pair`), between which the player moved one tile and, world-aligned, under a
+    quarter of the changed pixels stay changed (counted here with :func:`raw_aligned`)."""
+    death = death_pair()[1]
+    for s, t in reversed(framed_pairs()):
+        (xa, ya), (xb, yb) = raw_position(s), raw_position(t)
+        if t > death or abs(xa - xb) + abs(ya - yb) != 1:
+            continue
+        a, b = raw_frame(s), raw_frame(t)
+        plain = np.abs(a.astype(int) - b.astype(int)).max(axis=-1) > 8
+        aligned = np.abs(a.astype(int) - raw_aligned(b, xa - xb, ya - yb).astype(int)).max(axis=-1) > 8
+        if (aligned & raw_valid(a, xa - xb, ya - yb)).sum() < plain.sum() / 4:
+            return s, t
+    raise AssertionError("no move whose world-aligned difference is small")
+
+
+def raw_valid(a: np.ndarray, dx: int, dy: int) -> np.ndarray:
+    """Which pixels of ``a`` a frame moved by (dx, dy) tiles (as :func:`raw_aligned`) still
+    shows: the inventory rows and the map tiles with a tile to show."""
+    unit = a.shape[1] // 9
+    valid = np.ones(a.shape[:2], bool)
+    valid[:7 * unit, :9 * unit] = np.kron(np.array([[0 <= r + dy < 7 and 0 <= c + dx < 9 for c in range(9)]
+                                                    for r in range(7)]), np.ones((unit, unit))).astype(bool)
+    return valid
 
 
 def raw_aligned(b: np.ndarray, dx: int, dy: int) -> np.ndarray:
@@ -37,7 +107,7 @@ def raw_aligned(b: np.ndarray, dx: int, dy: int) -> np.ndarray:
 
 
 def test_threshold_hides_the_night_noise() -> None:
-    a, b = raw_frame(740), raw_frame(741)
+    a, b = map(raw_frame, night_pair())
     delta = np.abs(a.astype(int) - b.astype(int)).max(axis=-1)
     d = fc.diff(a, b)
     assert d.threshold == fc.DEFAULT_THRESHOLD == 8
@@ -47,7 +117,7 @@ def test_threshold_hides_the_night_noise() -> None:
 
 
 def test_counts_are_in_tiles() -> None:
-    a, b = raw_frame(740), raw_frame(741)
+    a, b = map(raw_frame, death_pair())
     unit = a.shape[1] // 9
     delta = np.abs(a.astype(int) - b.astype(int)).max(axis=-1) > 8
     tiles = {(c, r) for r in range(9) for c in range(9)
@@ -59,8 +129,8 @@ def test_counts_are_in_tiles() -> None:
 
 
 def test_world_aligned_diff_undoes_the_camera_move() -> None:
-    a, b = raw_frame(738), raw_frame(739)
-    pa, pb = raw_position(738), raw_position(739)
+    a, b = map(raw_frame, move_pair())
+    pa, pb = map(raw_position, move_pair())
     assert pa != pb
     dx, dy = pa[0] - pb[0], pa[1] - pb[1]
     plain = fc.diff(a, b)
@@ -111,14 +181,12 @@ def test_frames_page_world_aligned(monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import open_app, texts, use_root
 
     use_root(monkeypatch, REPO / "sample_runs")
-    at = open_app("frames", runs="diamond_mfm_s2", frames="diamond_mfm_s2:738,diamond_mfm_s2:739", diff="1",
+    s, t = move_pair()
+    at = open_app("frames", runs="diamond_mfm_s2", frames=f"diamond_mfm_s2:{s},diamond_mfm_s2:{t}", diff="1",
                   align="1", thr="8")
-    a, b = raw_frame(738), raw_frame(739)
-    (xa, ya), (xb, yb) = raw_position(738), raw_position(739)
-    unit = a.shape[1] // 9
-    valid = np.ones(a.shape[:2], bool)
-    valid[:7 * unit, :9 * unit] = np.kron(np.array([[0 <= r + ya - yb < 7 and 0 <= c + xa - xb < 9 for c in range(9)]
-                                                    for r in range(7)]), np.ones((unit, unit))).astype(bool)
+    a, b = raw_frame(s), raw_frame(t)
+    (xa, ya), (xb, yb) = raw_position(s), raw_position(t)
+    valid = raw_valid(a, xa - xb, ya - yb)
     changed = np.abs(a.astype(int) - raw_aligned(b, xa - xb, ya - yb).astype(int)).max(axis=-1) > 8
     t = texts(at)
     assert f"{int((changed & valid).sum())} px changed by more than 8 levels" in t

@@ -81,7 +81,7 @@ def test_open_run_never_raises(tmp_path: Path, breakage: str) -> None:
     assert run.problems or breakage in ("empty", "strip")
     for p in run.problems:
         assert p.file and isinstance(p.line, int)
-    for name in ("episodes", "steps", "turns", "grid", "milestones", "lives", "memory_writes"):
+    for name in ("episodes", "steps", "turns", "grid", "milestones", "lives", "memory_writes", "seen"):
         assert isinstance(run.table(name), pd.DataFrame)
     run_pages.timeline_marks(run)
     run_pages.timeline_bars(run.episodes())

@@ -54,8 +54,9 @@ ITEM = {"tool": "search", "kind": "go_to", "x": 0, "y": 0}
 VALID: dict[str, Any] = {"int": 0, "num": 0, "str": "x", "bool": True, "strs": [], "list": [ITEM], "dict": {},
                          "cell": [0, 0], "vec2": [0, 1], "counts": {}}
 """One valid value per kind, to fill the fields not under test."""
-STRINGS: dict[tuple[type, str], str] = {(schema.IndexRow, "id"): "ep_000001", (schema.MemoryWrite, "path"): "mine/x"}
-"""Strings that the record's cross-field check asks for."""
+CHECKED: dict[tuple[type, str], Any] = {(schema.IndexRow, "id"): "ep_000001", (schema.MemoryWrite, "path"): "mine/x",
+                                        (schema.SeenRow, "episode"): "ep_000001", (schema.SeenRow, "cells"): [[0, 0]]}
+"""Values that the record's cross-field check asks for."""
 PROBES: tuple[Any, ...] = (
     0, 3, 3.0, 2.5, -1, -2.5, 1e12, True, False, "s", "ep_000002", [], ["s"], [1, 2], [1, 2, 3], [1.5, -2],
     [1, 2, 3, 4], [True, 1], ["a", 1], [ITEM], [None], {}, {"a": 1}, {"a": "b"}, {"a": True}, {"a": 1.5},
@@ -68,7 +69,7 @@ def _valid(rtype: type[Record]) -> dict[str, Any]:
     for name, kind in rtype.KINDS.items():
         base = kind.rstrip("?")
         choices = rtype.CHOICES.get(name)
-        out[name] = choices[0] if choices else STRINGS.get((rtype, name), VALID[base])
+        out[name] = choices[0] if choices else CHECKED.get((rtype, name), VALID[base])
     return out
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, open_app, texts, use_root, write_run
+from raw import crowded_turn, found_at_target, respawn_turn
 from loaders import turns as tv
 from loaders.run import open_run
 
@@ -22,19 +23,25 @@ def raw_turn(n: int) -> dict:
     return next(t for t in _rows("turns.jsonl") if t["turn"] == n)
 
 
+def consolidation_turn() -> dict:
+    """The first turn whose consolidation both added and removed facts."""
+    return next(t for t in sorted(_rows("turns.jsonl"), key=lambda t: t["turn"]) for c in t["calls"]
+                if c["tool"] == "consolidate" and c["result"]["added"] and c["result"]["removed"])
+
+
 @pytest.fixture(scope="module")
 def run():
     return open_run(RUN)
 
 
-def test_turn_44_belongs_to_life_1(run) -> None:
-    t = raw_turn(44)
+def test_a_respawn_turn_belongs_to_the_new_life(run) -> None:
+    t = respawn_turn(RUN)
     respawn = next(e for e in _rows("lives.jsonl") if e["event"] == "respawn" and e["life"] == t["life"])
     death = next(e for e in _rows("lives.jsonl") if e["event"] == "death" and e["life"] == t["life"] - 1)
     assert respawn["step"] == death["step"] == t["first_step"]
-    v = tv.turn_view(run, 44)
+    v = tv.turn_view(run, t["turn"])
     assert (v.life, v.first_step) == (t["life"], t["first_step"])
-    assert v.position == (respawn["x"], respawn["y"]) == (32, 32)
+    assert v.position == (respawn["x"], respawn["y"])
     # the frame of the respawn step belongs to the death episode of the previous life: not shown as the start
     owner = next(r for r in _rows("index.jsonl") if r["first_step"] < t["first_step"] <= r["last_step"])
     assert owner["life"] != t["life"]
@@ -42,43 +49,46 @@ def test_turn_44_belongs_to_life_1(run) -> None:
     assert [(f.step, f.life, f.exact) for f in v.start_frames] == [(first_of_life, t["life"], False)]
 
 
-def test_turn_44_calls_by_kind(run) -> None:
-    t = raw_turn(44)
-    v = tv.turn_view(run, 44)
+def test_calls_of_a_turn_retargeted_by_inspection_by_kind(run) -> None:
+    t = respawn_turn(RUN)
+    v = tv.turn_view(run, t["turn"])
     raw_search = next(c for c in t["calls"] if c["tool"] == "search")
     search = next(c for c in v.calls if c.tool == "search")
     assert list(search.ids) == raw_search["result"]["ids"] and search.query == raw_search["args"]
     steps = {s["step"]: s for s in _rows("steps.jsonl")}
-    raw_insp = next(c for c in t["calls"] if c["tool"] == "inspect" and c["args"]["episode"] == "ep_000042")
-    tree = next(f for f in raw_insp["result"]["found"] if f["name"] == "tree")
-    pos = steps[tree["step"]]
-    insp = next(c for c in v.calls if c.tool == "inspect" and c.episode == "ep_000042")
-    frame = next(f for f in insp.frames if f.step == tree["step"])
-    find = next(f for f in frame.finds if f.name == "tree")
-    assert (find.x, find.y) == (tree["x"], tree["y"]) == (15, 29)
-    assert find.tile == (tree["x"] - pos["x"] + 4, tree["y"] - pos["y"] + 3)
-    assert f"tree (15, 29) at tile {find.tile} [target]" in tv.find_caption(frame.finds, {(15, 29)})
-    ref = next(r for r in _rows("index.jsonl") if r["id"] == "ep_000042")
+    raw_insp, seen = found_at_target(t)[0]
+    episode, cell = raw_insp["args"]["episode"], (seen["x"], seen["y"])
+    key = f"res:{seen['name']}@{seen['x']},{seen['y']}"
+    pos = steps[seen["step"]]
+    insp = next(c for c in v.calls if c.tool == "inspect" and c.episode == episode)
+    frame = next(f for f in insp.frames if f.step == seen["step"])
+    find = next(f for f in frame.finds if f.name == seen["name"] and (f.x, f.y) == cell)
+    assert (find.x, find.y) == cell == (t["targets"][0]["x"], t["targets"][0]["y"])
+    assert find.tile == (seen["x"] - pos["x"] + 4, seen["y"] - pos["y"] + 3)
+    assert f"{seen['name']} ({cell[0]}, {cell[1]}) at tile {find.tile} [target]" in tv.find_caption(frame.finds,
+                                                                                                    {cell})
+    ref = next(r for r in _rows("index.jsonl") if r["id"] == episode)
     looked = list(range(ref["frames"] - 1, -1, -raw_insp["args"]["stride"]))[:raw_insp["args"]["frames"]]
     assert sorted(f.step for f in insp.frames) == sorted(ref["first_step"] + 1 + i for i in looked)
-    raw_write = next(w for w in _rows("memory_writes.jsonl") if w["turn"] == 44 and w["path"] == "mine/GUIDE.md")
+    raw_write = next(w for w in _rows("memory_writes.jsonl")
+                     if w["turn"] == t["turn"] and w["path"] == "mine/GUIDE.md")
     new_lines = [x.rstrip("\n") for _, _, lines in raw_write["diff"] for x in lines]
     write = next(c for c in v.calls if c.tool == "write" and c.args.get("path") == "mine/GUIDE.md")
     assert [w.seq for w in write.writes] == [raw_write["seq"]]
     assert set(new_lines) <= set(write.writes[0].added)
-    assert any("res:tree@15,29" in line for line in write.writes[0].added)
-    assert "res:tree@15,29" in write.added
+    assert any(key in line for line in write.writes[0].added)
+    assert key in write.added
 
 
-def test_turn_44_targets_and_episodes(run) -> None:
-    t = raw_turn(44)
-    v = tv.turn_view(run, 44)
+def test_targets_and_episodes_of_a_turn_retargeted_by_inspection(run) -> None:
+    t = respawn_turn(RUN)
+    v = tv.turn_view(run, t["turn"])
     assert [(g.x, g.y, g.in_plan, g.new) for g in v.targets] == [
         (g["x"], g["y"], g["in_plan"], not g["in_plan"]) for g in t["targets"]]
     target = v.targets[0]
     found_in = [c["args"]["episode"] for c in t["calls"] if c["tool"] == "inspect"
                 and any((f["x"], f["y"]) == (target.x, target.y) for f in c["result"]["found"])]
-    assert list(target.seen_in) == found_in and "ep_000042" in found_in
+    assert list(target.seen_in) == found_in and found_in
     idx = {r["id"]: r for r in _rows("index.jsonl")}
     assert [(e.id, e.outcome) for e in v.episodes] == [(e, idx[e]["outcome"]) for e in t["episodes"]]
     before = {(p["x"], p["y"], p["label"]) for p in t["plan_before"]}
@@ -87,12 +97,14 @@ def test_turn_44_targets_and_episodes(run) -> None:
     assert {(p.x, p.y, p.label) for p in v.plan if p.sign == "-"} == before - after
 
 
-def test_turn_43_consolidation(run) -> None:
-    t = raw_turn(43)
+def test_consolidation_turn(run) -> None:
+    t = consolidation_turn()
     raw = next(c for c in t["calls"] if c["tool"] == "consolidate")
-    c = next(c for c in tv.turn_view(run, 43).calls if c.tool == "consolidate")
+    c = next(c for c in tv.turn_view(run, t["turn"]).calls if c.tool == "consolidate")
     assert (list(c.added), list(c.removed)) == (raw["result"]["added"], raw["result"]["removed"])
-    assert [w.seq for w in c.writes] == [w["seq"] for w in _rows("memory_writes.jsonl") if w["turn"] == 43]
+    writes = [w["seq"] for w in _rows("memory_writes.jsonl") if w["turn"] == t["turn"]
+              and w["author"] == "consolidation" and w["reason"].split(":")[0] == raw["args"]["reason"]]
+    assert [w.seq for w in c.writes] == writes and writes
 
 
 def test_navigation_steps_through_kinds(run) -> None:
@@ -102,11 +114,12 @@ def test_navigation_steps_through_kinds(run) -> None:
     retarget = [t["turn"] for t in turns if any(not g["in_plan"] for g in t["targets"])]
     failed = [t["turn"] for t in turns if any(idx[e]["outcome"] in ("failed", "interrupted") for e in t["episodes"])]
     deaths = [t["turn"] for t in turns if set(t["episodes"]) & dead]
-    nav = tv.navigation(tv.turn_kinds(run), 44)
-    assert nav.prev == 43 and nav.next == 45
-    assert nav.kinds["retarget"][1] == min(n for n in retarget if n > 44)
-    assert nav.kinds["failed"][1] == min(n for n in failed if n > 44)
-    assert nav.kinds["death"] == (max(n for n in deaths if n < 44), min(n for n in deaths if n > 44))
+    n = respawn_turn(RUN)["turn"]
+    nav = tv.navigation(tv.turn_kinds(run), n)
+    assert nav.prev == n - 1 and nav.next == n + 1
+    assert nav.kinds["retarget"][1] == min(k for k in retarget if k > n)
+    assert nav.kinds["failed"][1] == min(k for k in failed if k > n)
+    assert nav.kinds["death"] == (max(k for k in deaths if k < n), min(k for k in deaths if k > n))
 
 
 def test_model_turn(tmp_path: Path) -> None:
@@ -131,22 +144,27 @@ def test_model_turn(tmp_path: Path) -> None:
 
 def test_turns_page(monkeypatch: pytest.MonkeyPatch) -> None:
     use_root(monkeypatch, REPO / "sample_runs")
-    at = open_app("turns", runs="diamond_mfm_s2", turn="44")
+    raw = respawn_turn(RUN)
+    n, life, first, last = raw["turn"], raw["life"], raw["first_step"], raw["last_step"]
+    respawn = next(e for e in _rows("lives.jsonl") if e["event"] == "respawn" and e["life"] == life)
+    _, seen = found_at_target(raw)[0]
+    at = open_app("turns", runs="diamond_mfm_s2", turn=str(n))
     t = texts(at)
-    assert "Turn 44 · life 1 · steps 407–427" in t and "(32, 32) in life 1" in t
-    n = len(raw_turn(44)["calls"][0]["result"]["ids"])
-    assert f"{n} episode(s) returned" in t
-    assert "res:tree@15,29" in t
-    assert at.selectbox(key="w_turn").value == 44
+    assert f"Turn {n} · life {life} · steps {first}–{last}" in t
+    assert f"({respawn['x']}, {respawn['y']}) in life {life}" in t
+    search = next(c for c in raw["calls"] if c["tool"] == "search")
+    assert f"{len(search['result']['ids'])} episode(s) returned" in t
+    assert f"res:{seen['name']}@{seen['x']},{seen['y']}" in t
+    assert at.selectbox(key="w_turn").value == n
     scrub = json.loads(at.get("bidi_component")[0].proto.json)
-    framed = sorted(s for e in _rows("index.jsonl") if e["life"] == 1 and e.get("frames")
-                    for s in range(e["first_step"] + 1, e["first_step"] + e["frames"] + 1) if 407 < s <= 427)
+    framed = sorted(s for e in _rows("index.jsonl") if e["life"] == life and e.get("frames")
+                    for s in range(e["first_step"] + 1, e["first_step"] + e["frames"] + 1) if first < s <= last)
     assert [c[0] for c in scrub["captions"]] == [f"Step {s}" for s in framed] and scrub["first"] == framed[0]
     nxt = next(b for b in at.button if b.label == "next death →")
     nxt.click().run()
     deaths = sorted(t["turn"] for t in _rows("turns.jsonl") if set(t["episodes"]) & {
         e["episode"] for e in _rows("lives.jsonl") if e["event"] == "death"})
-    assert at.selectbox(key="w_turn").value == min(d for d in deaths if d > 44)
+    assert at.selectbox(key="w_turn").value == min(d for d in deaths if d > n)
 
 
 def test_retarget_map_labels_do_not_overlap() -> None:
@@ -154,12 +172,16 @@ def test_retarget_map_labels_do_not_overlap() -> None:
 
     from dashboard import charts
 
-    idx = {r["id"]: r for r in _rows("index.jsonl")}
-    eps = [c["args"]["episode"] for c in raw_turn(44)["calls"] if c["tool"] == "inspect"]
+    run_dir, turn = crowded_turn(REPO / "sample_runs", charts.LABEL_GAP)
+    idx = {r["id"]: r for r in _rows("index.jsonl", run_dir)}
+    eps = [c["args"]["episode"] for c in turn["calls"] if c["tool"] == "inspect"]
     inspected = [{"episode": e, "x": idx[e]["x"], "y": idx[e]["y"]} for e in eps]
-    fig = charts.retarget_map((32, 32), inspected, [{"x": 15, "y": 29, "near": True}], 8.0)
+    position = tv.turn_view(open_run(run_dir), turn["turn"]).position
+    targets = [{"x": g["x"], "y": g["y"], "near": True} for g in turn["targets"]]
+    fig = charts.retarget_map(position, inspected, targets, 8.0)
     trace = next(t for t in fig.data if t.name == "inspected episodes")
     pts = list(zip(trace.x, trace.y))
+    assert len(pts) < len(set(eps))
     assert all(math.hypot(a[0] - b[0], a[1] - b[1]) >= charts.LABEL_GAP for i, a in enumerate(pts) for b in pts[i + 1:])
     labelled = [e for names in fig.layout.meta["labels"].values() for e in names]
     assert sorted(labelled) == sorted(set(eps))

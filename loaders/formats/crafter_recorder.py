@@ -346,7 +346,7 @@ class RecorderSource:
                                 milestone_order=t.achievements, milestones=t.first_unlock,
                                 status="finished", end_reason="died" if t.died else None)
         tables = {"index.jsonl": index, "grid.jsonl": grid, "steps.jsonl": steps, "turns.jsonl": [],
-                  "memory_writes.jsonl": [], "milestones.jsonl": milestones, "lives.jsonl": lives}
+                  "memory_writes.jsonl": [], "milestones.jsonl": milestones, "lives.jsonl": lives, "seen.jsonl": []}
         return RunContents(self.path, man, tables, {k: list(range(1, len(v) + 1)) for k, v in tables.items()},
                            list(a.problems))
 

@@ -215,7 +215,7 @@ class ExportSource:
                       for k, v in sorted(achieved.items(), key=lambda kv: kv[1])]
         tables: dict[str, list] = {
             "index.jsonl": index, "grid.jsonl": grid, "steps.jsonl": [], "turns.jsonl": turns,
-            "memory_writes.jsonl": writes, "milestones.jsonl": milestones, "lives.jsonl": [],
+            "memory_writes.jsonl": writes, "milestones.jsonl": milestones, "lives.jsonl": [], "seen.jsonl": [],
         }
         lines = {k: list(range(1, len(v) + 1)) for k, v in tables.items()}
         return RunContents(self.path, manifest, tables, lines, problems, columns={"index.jsonl": self._episodes(index)})

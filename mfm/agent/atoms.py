@@ -14,7 +14,7 @@ from mfm.agent import events
 from mfm.agent.mapping import (DIRS, MINE_TOOL, MOVE_OF, WALKABLE, Cell, NavMap, cheb, l1, neighbours,
                                path_to)
 from mfm.envs import Perception
-from mfm.envs.rules import load_rules
+from mfm.envs.rules import LOCAL_VIEW, load_rules
 
 ATOMS: tuple[str, ...] = ("go_to", "look_at", "face", "collect", "place", "craft", "drink", "eat", "sleep",
                           "shelter", "explore", "attack")
@@ -33,6 +33,10 @@ PICKAXES: tuple[str, ...] = tuple(dict.fromkeys(MINE_TOOL.values()))
 DRINK_MAX: int = _RULES["items"]["drink"]["max"]
 """The drink level past which drinking gives nothing."""
 HOSTILE = frozenset({"zombie", "skeleton"})
+
+LOOK_REACH = (LOCAL_VIEW[0] // 2 - 1, LOCAL_VIEW[1] // 2 - 1)
+"""How far off (columns, rows) a cell may be for ``look_at`` to be done: inside the view, one
+tile in from its edge."""
 
 
 class Halt(Exception):
@@ -197,7 +201,7 @@ class Atoms:
         while True:
             p = self.p
             dx, dy = target[0] - p.pos[0], target[1] - p.pos[1]
-            if abs(dx) <= 3 and abs(dy) <= 2:
+            if abs(dx) <= LOOK_REACH[0] and abs(dy) <= LOOK_REACH[1]:
                 return AtomResult("done", f"{p.tile(dx, dy)} at {target}", found=[(p.tile(dx, dy), target)])
             if self.steps - start >= limit:
                 return AtomResult("interrupted", "step limit")

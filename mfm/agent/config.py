@@ -12,7 +12,7 @@ from mfm.envs import load_task
 METHODS: tuple[str, ...] = ("mfm", "direct", "pro-long", "vista")
 """Memory modes (see :mod:`mfm.agent.modes`): the same policy with different memory."""
 
-ABLATIONS: tuple[str, ...] = ("no-frames", "no-index", "no-procedures", "no-consolidation")
+ABLATIONS: tuple[str, ...] = ("no-frames", "no-index", "no-procedures", "no-consolidation", "no-content", "no-budget")
 """Components of the MFM method that can be switched off (ablations apply to ``mfm`` only)."""
 
 
@@ -64,6 +64,10 @@ class LLMConfig:
             raise ValueError("prices, backoff and timeout cannot be negative")
 
 
+MIN_AREA, MAX_AREA = 16, 512
+"""World sides a run may have (crafter's generator needs room for its start area)."""
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that decides a run; two equal configs give the same run directory.
@@ -72,6 +76,7 @@ class RunConfig:
     time by a clock derived from the env step, so that a run is byte-identical when
     regenerated. ``consolidate_every`` is the number of episodes between consolidations.
     ``perception`` (one of :data:`PERCEPTIONS`) is where the live view and daylight come from.
+    ``area``: the world's side in tiles (None: the rules' 64; crafter's worlds are square here).
     """
 
     task: str = "diamond"
@@ -90,6 +95,7 @@ class RunConfig:
     extra: dict = field(default_factory=dict)
     llm: LLMConfig | None = None
     perception: str = "map"
+    area: int | None = None
 
     def __post_init__(self) -> None:
         if self.perception not in PERCEPTIONS:
@@ -108,6 +114,8 @@ class RunConfig:
             raise ValueError("steps must be at least 1")
         if self.consolidate_every < 1:
             raise ValueError("consolidate_every must be at least 1")
+        if self.area is not None and not MIN_AREA <= self.area <= MAX_AREA:
+            raise ValueError(f"area must be {MIN_AREA} to {MAX_AREA} tiles, got {self.area}")
 
     @property
     def budget(self) -> int:
@@ -117,6 +125,17 @@ class RunConfig:
     def uses(self, component: str) -> bool:
         """Whether a memory component (``frames``, ``index``, ``procedures``, ``consolidation``) is on."""
         return f"no-{component}" not in self.ablations
+
+    @property
+    def world(self) -> tuple[int, int] | None:
+        """The world's size in tiles (None: the rules' default)."""
+        return None if self.area is None else (self.area, self.area)
+
+    @property
+    def notes_tokens(self) -> int | None:
+        """The budget of GUIDE.md in tokens (the task's, the same for every method; None:
+        unbounded, also with the ``no-budget`` ablation)."""
+        return load_task(self.task).notes_tokens if self.mode.budget else None
 
     @property
     def mode(self) -> MemoryMode:
@@ -130,21 +149,26 @@ class RunConfig:
 
     @property
     def run_name(self) -> str:
-        """``task_method[-ablation...]_sSEED`` (``_llm`` added for the LLM policy): the run id
+        """``task_method[-ablation...]_sSEED`` (``_aN`` added for a world of N x N tiles, ``_llm`` for
+        the LLM policy): the run id
         and default folder name."""
         base = f"{self.task}_{'-'.join([self.method, *self.ablations])}_s{self.seed}"
+        if self.area is not None:
+            base += f"_a{self.area}"
         return base if self.llm is None else f"{base}_llm"
 
     def to_manifest(self) -> dict[str, Any]:
         """The config as recorded in ``run.json`` (paths as strings, no output folder).
-        ``perception`` is recorded only when it is not the default ``map``, so that the
-        manifest of a default run stays what it was before the option existed."""
+        ``perception`` and ``area`` are recorded only when they are not the default, so that the
+        manifest of a default run stays what it was before the options existed."""
         d = asdict(self)
         d.pop("out")
         if self.llm is None:
             d.pop("llm")
         if self.perception == "map":
             d.pop("perception")
+        if self.area is None:
+            d.pop("area")
         d["ablations"] = list(self.ablations)
         d["budget"] = self.budget
         d["memory"] = asdict(self.mode)

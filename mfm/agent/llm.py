@@ -41,6 +41,7 @@ from mfm.agent.policy import MFMPolicy
 from mfm.agent.protocol import Decision, PolicyGaveUp
 from mfm.agent.tools import MemoryTools
 from mfm.envs import Perception, Task, decode_frame, estimate_daylight
+from mfm.envs.rules import LOCAL_VIEW
 from mfm.memory import Fact, ProceduralMemory, Target, WorkingPlan
 from mfm.memory.agent_memory import MemoryPathError
 from mfm.memory.consolidation import GUIDE, WORKING
@@ -143,7 +144,8 @@ def system_prompt(task: Task, mode: MemoryMode, tools: list[str]) -> str:
     return "\n".join([
         "You play Crafter, a 2D survival game, over a long horizon. Your task: reach these milestones in order: "
         f"{milestones}.",
-        "World coordinates: x grows to the right, y grows downwards. You see a 9x7 window centred on yourself.",
+        "World coordinates: x grows to the right, y grows downwards. You see a "
+        f"{LOCAL_VIEW[0]}x{LOCAL_VIEW[1]} window centred on yourself.",
         "Rules: collect wood from trees; a table needs wood, a wood pickaxe needs a table nearby; stone needs a "
         "wood pickaxe, iron a stone pickaxe and a furnace by the table, diamond an iron pickaxe. Keep food, drink "
         "and energy up (eat cows, drink water, sleep in a sealed shelter at night); zombies and skeletons hurt.",

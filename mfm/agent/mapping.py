@@ -35,8 +35,9 @@ def cheb(a: Cell, b: Cell) -> int:
     return max(abs(a[0] - b[0]), abs(a[1] - b[1]))
 
 
-def in_world(c: Cell) -> bool:
-    return 0 <= c[0] < WORLD[0] and 0 <= c[1] < WORLD[1]
+def in_world(c: Cell, area: Cell = WORLD) -> bool:
+    """Whether ``c`` lies in a world of ``area`` tiles."""
+    return 0 <= c[0] < area[0] and 0 <= c[1] < area[1]
 
 
 def neighbours(c: Cell) -> list[Cell]:
@@ -51,11 +52,12 @@ class NavMap:
     hazards: set[Cell] = field(default_factory=set)
     danger: dict[Cell, float] = field(default_factory=dict)
     seen_now: set[Cell] = field(default_factory=set)
+    area: Cell = WORLD
 
     @classmethod
-    def from_memory(cls, grid: SpatialGrid, resources: Iterable[tuple[str, Cell]]) -> "NavMap":
+    def from_memory(cls, grid: SpatialGrid, resources: Iterable[tuple[str, Cell]], area: Cell = WORLD) -> "NavMap":
         """The routing knowledge memory holds: grid rows (latest per cell) and resource facts."""
-        nav = cls()
+        nav = cls(area=area)
         for name, cell in resources:
             nav.cells[cell] = name
         for row in grid.rows:
@@ -100,7 +102,7 @@ class NavMap:
 
 def step_cost(nav: NavMap, c: Cell, tools: set[str], dig: bool) -> float | None:
     """Cost of entering ``c`` (None: not passable). Digging counts the extra ``do``."""
-    if not in_world(c) or c in nav.hazards:
+    if not in_world(c, nav.area) or c in nav.hazards:
         return None
     name = nav.cells.get(c)
     extra = min(nav.danger.get(c, 0.0), 4.0)

@@ -6,7 +6,8 @@ capabilities, and :func:`mode_for` gives it for a method and its ablations.
 
 =================  =========================================================================
 ``mfm``            spatial grid (routing, where I have been), index search -> frame
-                   inspection, GUIDE.md + working.md, procedures, consolidation
+                   inspection (by what frames showed, over the whole history: the index's
+                   content half), GUIDE.md + working.md, procedures, consolidation
 ``direct``         nothing persistent: each turn sees the state block only (current view,
                    vitals, inventory, milestones); no recent actions, no map, no files
 ``pro-long``       the harness's append-only text log (``logs.txt``), searched with grep:
@@ -19,6 +20,9 @@ capabilities, and :func:`mode_for` gives it for a method and its ablations.
 ``no-index``       MFM without index search: frames by recency, as VISTA
 ``no-procedures``  MFM without stored procedures
 ``no-consolidation`` MFM without consolidation (no periodic revision of GUIDE.md/working.md)
+``no-content``     MFM whose index holds events only: episodes since the last inspection
+                   searched near the player, newest 16 first (the index before format 1.2)
+``no-budget``      MFM with GUIDE.md uncapped where the task caps notes (reach tasks)
 =================  =========================================================================
 """
 from __future__ import annotations
@@ -37,7 +41,9 @@ class MemoryMode:
     ``recency`` (by turn), or None. ``text_sites``: recall places from text (collected /
     drank / placed lines). ``notes``: may write GUIDE.md and working.md. ``in_head``: keeps
     the working context of recent turns (recent actions, failed targets, the current
-    exploration target); off for ``direct``.
+    exploration target); off for ``direct``. ``content``: index searches look up what
+    episodes' frames showed (``seen.jsonl``) over the whole history, rather than the episodes
+    since the last inspection. ``budget``: the task's cap on GUIDE.md applies.
     """
 
     label: str
@@ -51,23 +57,27 @@ class MemoryMode:
     text_sites: bool = False
     procedures: bool = True
     consolidation: bool = True
+    content: bool = True
+    budget: bool = True
 
 
 MFM = MemoryMode("mfm")
 BASELINES = {
     "mfm": MFM,
     "direct": MemoryMode("direct", recent=False, in_head=False, coverage=None, grid_routing=False, notes=False,
-                         search=None, frames=None, procedures=False, consolidation=False),
+                         search=None, frames=None, procedures=False, consolidation=False, content=False),
     "pro-long": MemoryMode("pro-long", coverage="log", grid_routing=False, notes=False, search="log", frames=None,
-                           text_sites=True, procedures=False, consolidation=False),
+                           text_sites=True, procedures=False, consolidation=False, content=False),
     "vista": MemoryMode("vista", coverage="trace", grid_routing=False, search=None, frames="recency",
-                        procedures=False),
+                        procedures=False, content=False),
 }
 ABLATION_CHANGES = {
-    "no-frames": {"frames": None, "text_sites": True},
-    "no-index": {"search": None, "frames": "recency"},
+    "no-frames": {"frames": None, "text_sites": True, "content": False},
+    "no-index": {"search": None, "frames": "recency", "content": False},
     "no-procedures": {"procedures": False},
     "no-consolidation": {"consolidation": False},
+    "no-content": {"content": False},
+    "no-budget": {"budget": False},
 }
 
 

@@ -8,6 +8,7 @@ again by searching the index and inspecting that episode's frames. It returns on
 """
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter, deque
 from dataclasses import replace
@@ -15,7 +16,7 @@ from typing import Any
 
 from mfm.agent import events
 from mfm.agent.atoms import CRAFT, HOSTILE, AtomResult, Atoms, visible
-from mfm.agent.mapping import DIRS, MINE_TOOL, WALKABLE, WORLD, Cell, NavMap, cheb, l1
+from mfm.agent.mapping import DIRS, MINE_TOOL, WALKABLE, Cell, NavMap, cheb, l1
 from mfm.agent.modes import MFM, MemoryMode
 from mfm.agent.protocol import Decision, PolicyGaveUp, Turn, TurnReport
 from mfm.agent.tools import MemoryTools, Sighting
@@ -26,6 +27,12 @@ from mfm.schema import IndexRow
 
 RESOURCE_CAP = {"tree": 6, "water": 4, "stone": 4, "coal": 6, "iron": 8, "diamond": 8, "cow": 2}
 SEEK_BY_FRAMES = ("water", "tree", "stone", "coal", "iron", "diamond")
+RECALL_CELLS = 2
+"""Cells of each wanted thing a content search of the index looks up at once (nearest first)."""
+RECALLED = frozenset({"diamond"})
+"""Things whose recalls (memory sending the player to them) the run's summary lists."""
+MAX_RECALLS = 200
+"""At most this many recalls are listed (``run.json`` stays small)."""
 MINERALS = frozenset({"stone", "coal", "iron", "diamond"})
 RESOURCE_SECTION = "Resources"
 ITEM_TILE = {"wood": "tree", "stone": "stone", "coal": "coal", "iron": "iron", "diamond": "diamond"}
@@ -91,6 +98,9 @@ class MFMPolicy:
         self.found = {"sight": Counter(), "inspection": Counter()}
         self.used_inspection: list[dict] = []
         self.inspect_sources: dict[Cell, tuple[str, ...]] = {}
+        self.recalled: set[tuple[str, Cell, str]] = set()
+        self.recalls: list[dict[str, Any]] = []
+        self.opened: set[Cell] = set()
         self.contradictions: deque[str] = deque(maxlen=4)
         self.seen: set[Cell] = set()
         self._grid_seen_upto = 0
@@ -107,7 +117,9 @@ class MFMPolicy:
         stood: list[Cell] = []
         if self.mode.coverage == "grid":
             rows = tools.grid_rows()
-            stood = [(r.cell[0], r.cell[1]) for r in rows[self._grid_seen_upto:] if r.kind in ("walked", "opened")]
+            new = rows[self._grid_seen_upto:]
+            stood = [(r.cell[0], r.cell[1]) for r in new if r.kind in ("walked", "opened")]
+            self.opened.update((r.cell[0], r.cell[1]) for r in new if r.kind == "opened")
             self._grid_seen_upto = len(rows)
         elif self.mode.coverage == "trace":
             pos = tools.trace_positions(self._cover_upto)
@@ -216,21 +228,51 @@ class MFMPolicy:
         return hits
 
     def _inspect(self, p: Perception, names: set[str], tools: MemoryTools, facts: dict[str, Fact]) -> bool:
-        """Find episodes not yet inspected and decode their frames for ``names``: by an index
-        search (``mfm``) or by turn, newest first (``vista``, ``no-index``)."""
+        """Find episodes to look at and decode their frames for ``names``: by what frames
+        showed, over the whole history (``mfm``: :meth:`_recall`), by an index search of the
+        episodes since the last inspection (``no-content``) or by turn, newest first
+        (``vista``, ``no-index``)."""
         if self.mode.frames is None or p.step <= self.inspected_until + 1:
             return False
         lo = self.inspected_until + 1
-        if self.mode.frames == "index":
-            refs = [r for r in tools.search(steps=(lo, p.step), near=p.pos, radius=40.0, kind="episode",
-                                            limit=self.inspect_episodes) if r.frames]
+        stride = self.inspect_stride
+        if self.mode.content:
+            refs, by, stride = self._recall(p, names, tools, facts), "content", 1
+        elif self.mode.frames == "index":
+            refs, by = [r for r in tools.search(steps=(lo, p.step), near=p.pos, radius=40.0, kind="episode",
+                                                limit=self.inspect_episodes) if r.frames], "search"
         else:
-            refs = tools.recent_episodes(lo, self.inspect_episodes)
-        by = "search" if self.mode.frames == "index" else "turn"
+            refs, by = tools.recent_episodes(lo, self.inspect_episodes), "turn"
         self.inspected_until = p.step
         sightings: list[Sighting] = []
         for ref in refs:
-            sightings += tools.inspect(ref, names | {"lava"}, self.inspect_stride, by=by)
+            sightings += tools.inspect(ref, names | {"lava"}, stride, by=by)
+        return self._note_sightings(p, sightings, tools, facts)
+
+    def _recall(self, p: Perception, names: set[str], tools: MemoryTools, facts: dict[str, Fact]) -> list[IndexRow]:
+        """The episodes whose frames showed a wanted thing at a cell not known, not failed, not
+        opened since (the grid says it was cut or mined: trees become grass, rock path) and
+        not looked up before (nearest cells first, :data:`RECALL_CELLS` per thing, at most
+        ``inspect_episodes // 4`` episodes): the index searched by content, every episode
+        so far, however old."""
+        refs: dict[str, IndexRow] = {}
+        known = {parse_cell_key(k)[2] for k in facts if parse_cell_key(k)}
+        for name in sorted(names):
+            hits = tools.find_seen(name, near=p.pos, limit=4 * RECALL_CELLS)
+            fresh = [h for h in hits if h.cell not in known and h.cell not in self.opened and self.failed[h.cell] < 2
+                     and (name, h.cell, h.episode) not in self.recalled][:RECALL_CELLS]
+            for h in fresh:
+                self.recalled.add((name, h.cell, h.episode))
+                ref = tools.episode(h.episode)
+                if ref is not None and ref.frames and len(refs) < max(1, self.inspect_episodes // 4):
+                    refs.setdefault(ref.id, ref)
+        return list(refs.values())
+
+    def _note_sightings(self, p: Perception, sightings: list[Sighting], tools: MemoryTools,
+                        facts: dict[str, Fact]) -> bool:
+        """Write what stored frames showed as GUIDE.md facts (a few per thing, none near a
+        known one, none where the grid says the thing was taken since); True if a resource
+        (not a hazard) was added."""
         new: dict[str, Fact] = {}
         known_cells: dict[str, list[Cell]] = {}
         for key in facts:
@@ -239,6 +281,8 @@ class MFMPolicy:
                 known_cells.setdefault(parsed[1], []).append(parsed[2])
         sightings.sort(key=lambda s: (l1(s.cell, p.pos), s.name, s.cell))
         for s in sightings:
+            if s.cell in self.opened:
+                continue
             near = known_cells.setdefault(s.name, [])
             cap = 2 if s.name in ("water", "tree", "stone") else 4
             if any(l1(c, s.cell) <= 2 for c in near) or len([c for c in near]) >= cap + len(
@@ -306,7 +350,7 @@ class MFMPolicy:
         if self.mode.coverage is None:
             leg = random.Random(self.seed * 1_000_003 + p.step // 150)
             pick = self.rng if self.rng.random() < 0.2 else leg
-            return (pick.randrange(EDGE, WORLD[0] - EDGE), pick.randrange(EDGE, WORLD[1] - EDGE))
+            return (pick.randrange(EDGE, p.area[0] - EDGE), pick.randrange(EDGE, p.area[1] - EDGE))
         if self.explore_target and self.explore_target not in self.seen and self.failed[self.explore_target] < 2:
             return self.explore_target
         rocky = []
@@ -315,7 +359,7 @@ class MFMPolicy:
                 rocky += self.known(facts, "res", n)
             rocky += self.known(facts, "hazard", "lava")
         best, best_score = None, float("inf")
-        for c in _lattice():
+        for c in _lattice(p.area):
             if c in self.seen or self.failed[c] >= 2:
                 continue
             score = float(l1(c, p.pos))
@@ -334,11 +378,11 @@ class MFMPolicy:
         own cell, which took no step and livelocked the policy) or failed twice; then the
         lattice point farthest from the player that has not failed twice (any, if all have)."""
         x, y = p.pos
-        mirror = (max(EDGE, min(WORLD[0] - EDGE - 1, WORLD[0] - x)), max(EDGE, min(WORLD[1] - EDGE - 1, WORLD[1] - y)))
+        w, h = p.area
+        mirror = (max(EDGE, min(w - EDGE - 1, w - x)), max(EDGE, min(h - EDGE - 1, h - y)))
         if l1(mirror, p.pos) >= FALLBACK_MIN and self.failed[mirror] < 2:
             return mirror
-        points = _lattice()
-        points = [c for c in points if self.failed[c] < 2] or points
+        points = [c for c in _lattice(p.area) if self.failed[c] < 2] or list(_lattice(p.area))
         return max(points, key=lambda c: (l1(c, p.pos), -c[0], -c[1]))
 
     def seek(self, p: Perception, names: list[str], tools: MemoryTools, facts: dict[str, Fact],
@@ -362,6 +406,7 @@ class MFMPolicy:
                 if cell in self.inspect_sources:
                     self.used_inspection.append({"name": name, "x": cell[0], "y": cell[1], "step": p.step,
                                                  "sources": list(self.inspect_sources[cell])})
+                self._note_recall(p, name, cell, facts, tools)
                 return d
             if attempt == 0 and not self._inspect(p, set(SEEK_BY_FRAMES) & (want | {"water", "iron", "diamond", "coal"}),
                                                   tools, facts):
@@ -372,6 +417,21 @@ class MFMPolicy:
         target = self._explore_target(p, want, facts)
         return Decision("atom", "explore", {"x": target[0], "y": target[1], "stop_on": sorted(want)},
                         why + " (explore)", [("go_to", target[0], target[1])])
+
+    def _note_recall(self, p: Perception, name: str, cell: Cell, facts: dict[str, Fact], tools: MemoryTools) -> None:
+        """Record where a :data:`RECALLED` thing's place came from when memory sends the player
+        there (the run's ``agent_summary.recalls``): the episode that showed it and its age in
+        env steps, and ``via``, how the place was first learned: ``frames`` (read from a stored
+        frame, now or earlier) or ``notes`` (written when seen). Whether the frames were read
+        in that very turn is in its ``inspect`` calls (``loaders.paper_measures.read_now``)."""
+        if name not in RECALLED or len(self.recalls) >= MAX_RECALLS:
+            return
+        fact = facts.get(res_key(name, cell))
+        source = self.inspect_sources.get(cell, ()) or (fact.sources if fact else ())
+        ref = tools.episode(source[0]) if source else None
+        self.recalls.append({"name": name, "x": cell[0], "y": cell[1], "step": p.step,
+                             "via": "frames" if cell in self.inspect_sources else "notes",
+                             "source": ref.id if ref else None, "age": p.step - ref.last_step if ref else None})
 
     def _get(self, name: str, cell: Cell, why: str) -> Decision:
         if name == "water":
@@ -564,11 +624,15 @@ class MFMPolicy:
                 return self._place_table(None, "place a table for the iron pickaxe")
             return self.seek(p, ["tree"], tools, facts, source, "need wood for a new table")
         if not has("diamond") or "collect_diamond" not in p.achievements:
+            reach = self.task.reach
+            if reach is not None and reach.material == "diamond" and p.step + 1 < reach.delay:
+                return self._extras(p, tools, facts, source)
             return self.seek(p, ["diamond"], tools, facts, source, "find a diamond")
         return self._extras(p, tools, facts, source)
 
     def _extras(self, p: Perception, tools: MemoryTools, facts: dict[str, Fact], source: str | None) -> Decision:
-        """After the diamond: other achievements (for the ``all`` task) and staying alive."""
+        """After the diamond (or, in a reach task, while the diamond is sealed): other
+        achievements (for the ``all`` task) and staying alive."""
         inv = p.inventory
         station = self._station(p, facts, True, 14)
         for item in ("iron_sword", "stone_sword", "wood_sword"):
@@ -700,7 +764,7 @@ class MFMPolicy:
                             "Hazards", (ep,)))
         for r in tools.grid_rows() if self.mode.coverage == "grid" else ():
             if r.kind == "opened":
-                for name in ("stone", "coal", "iron", "diamond"):
+                for name in ("tree", "stone", "coal", "iron", "diamond"):
                     key = res_key(name, (r.cell[0], r.cell[1]))
                     if key in facts:
                         ref = tools.episode_at(r.step)
@@ -746,12 +810,14 @@ class MFMPolicy:
         """Counts for the run's record: resources found by frames vs by sight."""
         return {"found_by_inspection": dict(sorted(self.found["inspection"].items())),
                 "found_by_sight": dict(sorted(self.found["sight"].items())),
-                "inspection_targets_used": len(self.used_inspection)}
+                "inspection_targets_used": len(self.used_inspection), "recalls": self.recalls}
 
 
-def _lattice() -> list[Cell]:
-    """The explore points: every ``EDGE``-th cell, ``EDGE`` cells in from the world's edge."""
-    return [(x, y) for x in range(EDGE, WORLD[0] - EDGE, EDGE) for y in range(EDGE, WORLD[1] - EDGE, EDGE)]
+@functools.lru_cache(maxsize=4)
+def _lattice(area: Cell) -> tuple[Cell, ...]:
+    """The explore points of a world of ``area`` tiles: every ``EDGE``-th cell, ``EDGE`` cells
+    in from its edge."""
+    return tuple((x, y) for x in range(EDGE, area[0] - EDGE, EDGE) for y in range(EDGE, area[1] - EDGE, EDGE))
 
 
 def _short(args: dict[str, Any]) -> dict[str, Any]:
@@ -770,7 +836,7 @@ class _StillBody:
 
 def _view_nav(p: Perception) -> NavMap:
     """Routing knowledge of the current view only."""
-    nav = NavMap()
+    nav = NavMap(area=p.area)
     nav.observe(p)
     return nav
 

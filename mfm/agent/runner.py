@@ -21,8 +21,8 @@ from mfm.agent.config import RunConfig
 from mfm.agent.mapping import DIRS, NavMap
 from mfm.agent.policy import MFMPolicy
 from mfm.agent.protocol import Decision, Policy, PolicyGaveUp, Turn
-from mfm.agent.tools import FrameReader, MemoryTools
-from mfm.envs import CrafterHarness, Perception, load_task
+from mfm.agent.tools import FrameReader, MemoryTools, Seen, note_seen
+from mfm.envs import CrafterHarness, Perception, load_task, make_harness
 from mfm.memory import ProceduralMemory, RunWriter, SpatialGrid
 from mfm.memory.appendlog import Clock, WriteError
 from mfm.memory.retrieval import episode_frame
@@ -87,6 +87,7 @@ class Recorder:
         self.noted: set[tuple[str, tuple[int, int]]] = set()
         self.death: tuple[str, tuple[int, int]] | None = None
         self.damage = 0
+        self.seen: Seen = {}
 
     def begin(self, rec: Any, turn: int | None) -> None:
         """Start recording into a new episode."""
@@ -94,6 +95,7 @@ class Recorder:
         self.grid, self.events, self.tags = [], [], set()
         self.death = None
         self.damage = 0
+        self.seen = {}
 
     def act(self, action: str) -> Perception:
         """One env step, recorded; raises Died / BudgetExhausted / RunStopped."""
@@ -113,6 +115,7 @@ class Recorder:
             energy=p.vitals["energy"], inventory={k: v for k, v in p.inventory.items() if v}, reward=res.reward,
             unlocked=res.achievements_unlocked))
         self._grid(before, p, action, res.death_cause if res.died else None)
+        note_seen(p, self.seen)
         if p.inventory != before.inventory:
             self.tags.add("inventory_changed")
         for name in res.achievements_unlocked:
@@ -194,8 +197,8 @@ def _damage_cause(b: Perception, p: Perception) -> str:
 class Runner:
     """One run: harness, memory, policy, and the turn loop.
 
-    ``writer`` makes the run's writer, ``harness`` is the game (by default a new
-    :class:`CrafterHarness` of the config's seed and frame size) and ``frames`` reads the
+    ``writer`` makes the run's writer, ``harness`` is the game (by default a new harness of
+    the config's seed, task and frame size: :func:`~mfm.envs.make_harness`) and ``frames`` reads the
     stored frames the policy inspects; the defaults are those of ``mfm run``.
     ``max_idle_turns`` turns in a row without an env step stop the run (:class:`RunStalled`)."""
 
@@ -224,9 +227,9 @@ class Runner:
             ablations=tuple(config.ablations), policy=policy_name(config), package_version=__version__,
             command=command, config=config.to_manifest())
         self.writer = writer(Path(config.out), manifest, self.clock or now_iso)
-        self.harness = harness if harness is not None else CrafterHarness(config.seed, size=config.frame_size,
-                                                                           perception=config.perception)
-        self.tools = MemoryTools(self.writer, frames)
+        self.harness = harness if harness is not None else make_harness(
+            config.seed, self.task, size=config.frame_size, perception=config.perception, area=config.world)
+        self.tools = MemoryTools(self.writer, frames, notes_tokens=config.notes_tokens)
         self.procedures = ProceduralMemory(self.writer.memory, ATOMS)
         self.policy: Policy
         if config.llm is not None:
@@ -385,7 +388,7 @@ class Runner:
                                         action=action)
         self.body.begin(rec, turn)
         grid = self.writer.grid if self.config.mode.grid_routing else SpatialGrid()
-        nav = NavMap.from_memory(grid, self.policy.resources(self.tools, p))
+        nav = NavMap.from_memory(grid, self.policy.resources(self.tools, p), area=p.area)
         atoms = Atoms(self.body, nav, self.config.max_atom_steps)
         results: list[AtomResult] = []
         died = False
@@ -446,7 +449,7 @@ class Runner:
                 "label": label, "reason": last.reason, "atoms": [{"label": r.label, "reason": r.reason} for r in results],
                 "damage": body.damage},
             summary=summary, tags=sorted(tags), events=lines, x=p.pos[0], y=p.pos[1], outcome_label=label,
-            note=d.goal, log_lines=[state_line(p)])
+            note=d.goal, log_lines=[state_line(p)], seen=body.seen)
 
     def _record_death(self, episode: str, step: int) -> None:
         """Queue the death event so that it is committed with the episode it ended."""
@@ -509,9 +512,11 @@ def start_run(harness: CrafterHarness, writer: RunWriter, budget: int, milestone
     p = harness.reset()
     body = Recorder(harness, writer, budget, milestones, stop, clock)
     rec = writer.begin_episode(kind="initial", life=0, turn=None, action_kind=None, first_step=0, action={})
+    seen: Seen = {}
+    note_seen(p, seen)
     writer.end_episode(rec, observation=p.frame, state=episode_state(p), outcome={}, summary="initial state",
                        tags=["initial"], events=[], x=p.pos[0], y=p.pos[1], outcome_label=None,
-                       log_lines=[state_line(p)])
+                       log_lines=[state_line(p)], seen=seen)
     return body
 
 

@@ -16,17 +16,39 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from mfm.agent.mapping import Cell
-from mfm.envs import decode_frame, estimate_daylight
-from mfm.memory import Fact, IndexQuery, RunWriter, WorkingPlan, consolidate
+from mfm.envs import Perception, decode_frame, estimate_daylight
+from mfm.envs.rules import CONTENT, LOCAL_VIEW
+from mfm.memory import ContentHit, Fact, IndexQuery, RunWriter, WorkingPlan, consolidate
 from mfm.memory.consolidation import GUIDE, WORKING, parse_guide, parse_plan_targets
 from mfm.memory.retrieval import FrameError, episode_frame, search
 from mfm.memory.run_writer import LOG_RULE
 from mfm.schema import LOGS, GridRow, IndexRow
 
-CENTRE_COLS, CENTRE_ROWS = range(2, 7), range(1, 6)
+HALF_COLS, HALF_ROWS = LOCAL_VIEW[0] // 2, LOCAL_VIEW[1] // 2
+CENTRE_COLS, CENTRE_ROWS = range(HALF_COLS - 2, HALF_COLS + 3), range(HALF_ROWS - 2, HALF_ROWS + 3)
+"""The central 5x5 tiles of the view (the player's tile in the middle)."""
 FrameReader = Callable[[Path, IndexRow, int], np.ndarray]
 """Reads frame ``i`` of an episode of a run directory (``retrieval.episode_frame``)."""
 DARK = 0.45
+"""Below this daylight only the central 5x5 tiles of a frame are read (decoding the rest of a
+night frame is unreliable: CRAFTER_NOTES, 82% over the full view)."""
+Seen = dict[str, dict[Cell, None]]
+"""What frames showed: material -> its cells, each once, in the order first seen."""
+
+
+def legible(daylight: float, col: int, row: int) -> bool:
+    """Whether tile (``col``, ``row``) of the 9x7 view can be read from a frame of this daylight."""
+    return daylight >= DARK or (col in CENTRE_COLS and row in CENTRE_ROWS)
+
+
+def note_seen(p: Perception, seen: Seen) -> None:
+    """Add to ``seen`` the :data:`~mfm.envs.rules.CONTENT` tiles of ``p``'s view that its frame
+    shows legibly (:func:`legible`): the content half of the episode index."""
+    x0, y0 = p.pos
+    for c, column in enumerate(p.local):
+        for r, name in enumerate(column):
+            if name in CONTENT and legible(p.daylight, c, r):
+                seen.setdefault(name, {})[(x0 + c - HALF_COLS, y0 + r - HALF_ROWS)] = None
 
 
 @dataclass(frozen=True)
@@ -85,8 +107,9 @@ class TextLog:
 class MemoryTools:
     """The agent's access to its run directory's memory, with a per-turn call log."""
 
-    def __init__(self, writer: RunWriter, frames: FrameReader = episode_frame) -> None:
+    def __init__(self, writer: RunWriter, frames: FrameReader = episode_frame, notes_tokens: int | None = None) -> None:
         self.writer = writer
+        self.notes_tokens = notes_tokens
         self._frames = frames
         self.dir: Path = writer.dir
         self.calls: list[dict] = []
@@ -113,6 +136,20 @@ class MemoryTools:
         args = {k: (list(v) if isinstance(v, tuple) else v) for k, v in predicates.items() if v is not None}
         self.log("search", args, {"ids": [r.id for r in rows]})
         return rows
+
+    def find_seen(self, material: str, *, near: tuple[float, float] | None = None, radius: float | None = None,
+                  limit: int | None = None) -> list[ContentHit]:
+        """Search what episodes' frames showed for ``material`` (the index's content half), over
+        every episode finished so far; logged as a search with the episodes found."""
+        hits = self.writer.content.find(material, near=near, radius=radius, as_of_step=self.step, limit=limit)
+        args: dict[str, Any] = {"seen": material}
+        if near is not None:
+            args["near"] = list(near)
+        if radius is not None:
+            args["radius"] = radius
+        self.log("search", args, {"ids": list(dict.fromkeys(h.episode for h in hits)),
+                                  "cells": [[*h.cell] for h in hits[:8]]})
+        return hits
 
     def recent_episodes(self, since_step: int, limit: int) -> list[IndexRow]:
         """The episodes of the last ``limit`` turns (newest first) that ended at or after
@@ -183,11 +220,9 @@ class MemoryTools:
             tiles = decode_frame(frame, light)
             for c, column in enumerate(tiles):
                 for r, name in enumerate(column):
-                    if name not in wanted:
+                    if name not in wanted or not legible(light, c, r):
                         continue
-                    if light < DARK and (c not in CENTRE_COLS or r not in CENTRE_ROWS):
-                        continue
-                    cell = (pos[0] + c - 4, pos[1] + r - 3)
+                    cell = (pos[0] + c - HALF_COLS, pos[1] + r - HALF_ROWS)
                     found.setdefault((name, cell), Sighting(name, cell, ref.id, step))
         self.inspected_frames += looked
         out = sorted(found.values(), key=lambda s: (s.name, s.cell))
@@ -251,9 +286,11 @@ class MemoryTools:
         ``tool`` is ``consolidate`` for a consolidation (revising knowledge and plan from the
         evidence so far) and ``write`` for noting facts as they come (sight, inspection)."""
         rep = consolidate(self.writer.memory, facts, plan=plan, step=self.step, life=self.life, turn=self.turn,
-                          reason=reason)
+                          reason=reason, budget_tokens=self.notes_tokens)
         result = {"added": rep.added, "revised": rep.revised, "removed": rep.removed,
                   "plan_changed": rep.plan_changed}
+        if rep.evicted:
+            result["evicted"] = rep.evicted
         if rep.changed:
             self.log(tool, {"path": GUIDE, "reason": reason, "facts": len(facts)} if tool == "write" else
                      {"reason": reason, "facts": len(facts)}, result)

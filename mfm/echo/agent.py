@@ -49,7 +49,7 @@ from mfm.echo.ical import Attempt, describe, induce, precheck, refine, slots, ta
 from mfm.echo.library import CSDLibrary, Match
 from mfm.echo.vectorize import HashingVectorizer, Vectorizer
 from mfm.envs import CrafterHarness, Perception
-from mfm.envs.crafter_env import ACHIEVEMENTS, ACTIONS, VITALS
+from mfm.envs.crafter_env import ACHIEVEMENTS, ACTIONS, HALF_COLS, HALF_ROWS, VITALS
 from mfm.memory import RunWriter
 from mfm.memory.appendlog import WriteError, append_bytes
 from mfm.schema import SCHEMA_VERSION, LifeEvent, RunManifest, TurnRow
@@ -125,7 +125,7 @@ class Learner:
         self.writer = RunWriter(Path(out), manifest, clock=self.clock, background_commit=True)
         self.harness = CrafterHarness(seed, size=frame_size)
         self.library, _ = CSDLibrary.open(self.writer.dir, vectorizer or HashingVectorizer(), writable=True)
-        self.nav = NavMap()
+        self.nav = NavMap(area=self.harness.area)
         self.body: Recorder | None = None
         self.turn = 0
         self.tried: dict[str, int] = {}
@@ -341,8 +341,8 @@ class Learner:
 
     def _explore(self, atoms: Atoms, want: list[str]) -> None:
         p = self.p
-        x = min(63, max(0, p.pos[0] + self.rng.randint(-15, 15)))
-        y = min(63, max(0, p.pos[1] + self.rng.randint(-15, 15)))
+        x = min(p.area[0] - 1, max(0, p.pos[0] + self.rng.randint(-15, 15)))
+        y = min(p.area[1] - 1, max(0, p.pos[1] + self.rng.randint(-15, 15)))
         atoms.atom_explore(x, y, stop_on=want, max_steps=30)
 
     def _go_near(self, tile: str, goal: str, depth: int) -> bool:
@@ -555,7 +555,8 @@ class Learner:
     def _foes(self, radius: int) -> list[tuple[int, int]]:
         """Cells in view within ``radius`` (L1) holding a zombie, skeleton or arrow."""
         p = self.p
-        return [(p.pos[0] + dx, p.pos[1] + dy) for dx in range(-4, 5) for dy in range(-3, 4)
+        return [(p.pos[0] + dx, p.pos[1] + dy) for dx in range(-HALF_COLS, HALF_COLS + 1)
+                for dy in range(-HALF_ROWS, HALF_ROWS + 1)
                 if abs(dx) + abs(dy) <= radius and p.tile(dx, dy) in FOES]
 
     def _flee(self, atoms: Atoms) -> tuple[bool, str]:

@@ -30,7 +30,13 @@ DEATH_CAUSES: tuple[str, ...] = (
 AREA = rules.AREA
 VIEW = rules.VIEW
 SPAWN = (AREA[0] // 2, AREA[1] // 2)
-"""Where crafter puts the player at reset (the world's centre, (32, 32)); respawns go nearest to it."""
+"""Where crafter puts the player at reset in a world of the default size (the centre, (32, 32));
+respawns go nearest to it (:func:`centre` of another size)."""
+
+
+def centre(area: tuple[int, int]) -> tuple[int, int]:
+    """Where crafter starts the player in a world of ``area`` tiles, and respawns go nearest to."""
+    return area[0] // 2, area[1] // 2
 PERCEPTIONS = ("map", "pixels")
 """Sources of the live view and daylight: the world map, or the decoded frame."""
 LOCAL_COLS, LOCAL_ROWS = rules.LOCAL_VIEW
@@ -71,6 +77,8 @@ class Perception:
     local: tuple[tuple[str, ...], ...]
     daylight: float
     sleeping: bool
+    area: tuple[int, int] = AREA
+    """The world's size in tiles (a rule of the game the player knows)."""
 
     def tile(self, dx: int, dy: int) -> str:
         """Name of the tile at offset ``(dx, dy)`` from the player (|dx| <= 4, |dy| <= 3)."""
@@ -301,14 +309,15 @@ class CrafterHarness:
     is the same either way (decoding renders nothing).
     """
 
-    def __init__(self, seed: int, size: int = 64, perception: str = "map") -> None:
+    def __init__(self, seed: int, size: int = 64, perception: str = "map", area: tuple[int, int] = AREA) -> None:
         if perception not in PERCEPTIONS:
             raise ValueError(f"unknown perception {perception!r}; expected one of {', '.join(PERCEPTIONS)}")
         self._seed = int(seed)
         self._size = int(size)
         self._source = perception
+        self._area = (int(area[0]), int(area[1]))
         self._env = crafter.Env(
-            area=AREA, view=VIEW, size=(self._size, self._size),
+            area=self._area, view=VIEW, size=(self._size, self._size),
             reward=True, length=None, seed=self._seed)
         self._env._balance_chunk = types.MethodType(_balance_chunk_in_order, self._env)
         self._life = 0
@@ -325,6 +334,11 @@ class CrafterHarness:
     def perception_source(self) -> str:
         """``map`` or ``pixels``: where the live view and daylight come from."""
         return self._source
+
+    @property
+    def area(self) -> tuple[int, int]:
+        """The world's size in tiles."""
+        return self._area
 
     @property
     def size(self) -> int:
@@ -386,14 +400,14 @@ class CrafterHarness:
             achievements_unlocked=unlocked, step=perception.step)
 
     def respawn(self) -> Perception:
-        """Put a new player on the free walkable tile nearest to :data:`SPAWN` of the same world."""
+        """Put a new player on the free walkable tile nearest to the centre of the same world."""
         self._require_started()
         if not self._dead:
             raise RuntimeError("respawn() is only allowed after the player died")
         env = self._env
         world = env._world
         world.remove(env._player)
-        player = objects.Player(world, _nearest_free_tile(world, SPAWN))
+        player = objects.Player(world, _nearest_free_tile(world, centre(self._area)))
         world.add(player)
         for obj in world.objects:
             if hasattr(obj, "player"):
@@ -441,6 +455,7 @@ class CrafterHarness:
             local=local,
             daylight=daylight,
             sleeping=bool(player.sleeping),
+            area=self._area,
         )
         self._perception = perception
         return perception

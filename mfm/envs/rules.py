@@ -10,12 +10,29 @@ DATA_DIR = Path(__file__).parent / "data"
 
 
 @dataclass(frozen=True)
+class Reach:
+    """A temporal-reach task's world (:mod:`mfm.envs.reach`): ``material`` exists in one
+    cell, in view of the start, which lies ``distance`` (L1, min and max) from the world's
+    centre; collecting it does nothing before env step ``delay``."""
+
+    material: str
+    delay: int
+    distance: tuple[int, int] = (14, 22)
+
+
+@dataclass(frozen=True)
 class Task:
-    """A named goal: achievements to reach in order, and a default step budget."""
+    """A named goal: achievements to reach in order, and a default step budget.
+
+    ``reach``: the temporal-reach arrangement of the world (None: crafter's world as
+    generated). ``notes_tokens``: the budget of GUIDE.md, in tokens estimated as characters
+    / 4, the same for every method (None: unbounded)."""
 
     name: str
     milestones: tuple[str, ...]
     budget: int
+    reach: Reach | None = None
+    notes_tokens: int | None = None
 
 
 def _read_json(filename: str) -> Any:
@@ -57,14 +74,29 @@ PLAYER_WALKABLE: tuple[str, ...] = tuple(_RULES["player_walkable"])
 """Materials the player can step on (lava too, which kills)."""
 VITALS: tuple[str, ...] = tuple(_RULES["vitals"])
 """The player's vitals, in inventory order."""
+CONTENT: tuple[str, ...] = tuple(m for m in _RULES["materials"] if m not in WALKABLE)
+"""Materials an index of what frames showed records (every one but the ground walked on)."""
 MINE_TOOL: dict[str, str] = {material: tool for material, r in _RULES["collect"].items() for tool in r["require"]}
 """Material -> the tool that collecting it requires (only materials that need one)."""
 
 
 def load_task(name: str) -> Task:
-    """Load the task called ``name`` (``"diamond"`` or ``"all"``)."""
+    """Load the task called ``name`` (``diamond``, ``all``, ``reach-1000`` ...: ``tasks.json``).
+
+    A task may name another as its ``base`` and take its milestones and budget from it."""
     tasks = _read_json("tasks.json")
     if name not in tasks:
         raise KeyError(f"unknown task {name!r}; known tasks: {sorted(tasks)}")
     entry = tasks[name]
-    return Task(name=name, milestones=tuple(entry["milestones"]), budget=int(entry["budget"]))
+    if "base" in entry:
+        entry = {**tasks[entry["base"]], **entry}
+    reach = entry.get("reach")
+    return Task(name=name, milestones=tuple(entry["milestones"]), budget=int(entry["budget"]),
+                reach=None if reach is None else Reach(reach["material"], int(reach["delay"]),
+                                                       tuple(reach.get("distance", (14, 22)))),
+                notes_tokens=entry.get("notes_tokens"))
+
+
+def task_names() -> list[str]:
+    """The names of every task in ``tasks.json``."""
+    return sorted(_read_json("tasks.json"))

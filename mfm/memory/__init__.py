@@ -1,7 +1,8 @@
 """The MFM memory core: one module per memory type of the design.
 
 - ``episode_store``: episodic memory (lossless frames, states, actions, outcomes)
-- ``index``: the episode index (searchable cues -> episode references)
+- ``index``: the episode index (searchable cues -> episode references) and its content
+  half (what each episode's frames showed, by material and place)
 - ``spatial``: spatial memory (append-only grid of interacted cells)
 - ``agent_memory``: agent-written files under ``mine/`` with history and provenance
 - ``procedures``: procedural memory (declarative procedures, versioned, disable-able)
@@ -12,13 +13,13 @@
 from mfm.memory.agent_memory import AgentMemory, blame, rebuild
 from mfm.memory.consolidation import Fact, Target, WorkingPlan, consolidate
 from mfm.memory.episode_store import EpisodeRecording, EpisodeStore
-from mfm.memory.index import EpisodeIndex, IndexQuery
+from mfm.memory.index import ContentHit, ContentIndex, EpisodeIndex, IndexQuery
 from mfm.memory.procedures import ProceduralMemory, Procedure, ProcedureError, parse_procedure
 from mfm.memory.run_writer import RunWriter
 from mfm.memory.spatial import SpatialGrid
 
 __all__ = [
-    "AgentMemory", "EpisodeIndex", "EpisodeRecording", "EpisodeStore", "Fact", "IndexQuery",
+    "AgentMemory", "ContentHit", "ContentIndex", "EpisodeIndex", "EpisodeRecording", "EpisodeStore", "Fact", "IndexQuery",
     "ProceduralMemory", "Procedure", "ProcedureError", "RunWriter", "SpatialGrid", "Target",
     "WorkingPlan", "blame", "consolidate", "parse_procedure", "rebuild",
 ]

@@ -7,7 +7,10 @@ in sections; each line carries a stable key and the ids of the episodes that sup
     - [res:iron@40,12] iron at (40, 12) (ep_000120, ep_000133)
 
 A new fact with the same key revises the line (its sources merge); a retracted fact
-removes it. Every change is one logged write with author, reason and sources.
+removes it. Every change is one logged write with author, reason and sources. With a budget
+(``budget_tokens``, tokens estimated as characters / 4, as a model's context would count
+them) the facts written longest ago are dropped until the file fits: the notes then cannot
+carry everything, and the episodes stay the only full record.
 """
 from __future__ import annotations
 
@@ -40,11 +43,12 @@ class ConsolidationReport:
     added: list[str] = field(default_factory=list)
     revised: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
     plan_changed: bool = False
 
     @property
     def changed(self) -> bool:
-        return bool(self.added or self.revised or self.removed or self.plan_changed)
+        return bool(self.added or self.revised or self.removed or self.evicted or self.plan_changed)
 
 
 def parse_guide(text: str) -> dict[str, Fact]:
@@ -111,10 +115,28 @@ def parse_plan_targets(text: str) -> list[Target]:
     return [Target(int(m[1]), int(m[2]), m[3]) for m in map(PLAN_LINE.match, text.splitlines()) if m]
 
 
+CHARS_PER_TOKEN = 4
+"""The token estimate of a notes budget (the LLM policy's prompt budgets count the same way)."""
+
+
+def evict(current: dict[str, Fact], budget_tokens: int) -> list[str]:
+    """Drop facts from the front of ``current`` (the least recently written first) until its
+    GUIDE.md fits ``budget_tokens``; return the keys dropped."""
+    dropped: list[str] = []
+    while current and len(render_guide(current.values())) > budget_tokens * CHARS_PER_TOKEN:
+        key = next(iter(current))
+        del current[key]
+        dropped.append(key)
+    return dropped
+
+
 def consolidate(memory: AgentMemory, facts: Iterable[Fact], *, plan: WorkingPlan | None = None,
                 step: int, life: int = 0, turn: int | None = None, reason: str,
-                author: str = "consolidation") -> ConsolidationReport:
-    """Merge ``facts`` into GUIDE.md and replace working.md with ``plan``; log each write."""
+                author: str = "consolidation", budget_tokens: int | None = None) -> ConsolidationReport:
+    """Merge ``facts`` into GUIDE.md and replace working.md with ``plan``; log each write.
+
+    With ``budget_tokens`` a fact added or revised moves to the end of the file's order and
+    the least recently written facts are evicted while GUIDE.md is over the budget."""
     report = ConsolidationReport()
     current = parse_guide(memory.read(GUIDE) or "")
     sources: list[str] = []
@@ -134,10 +156,16 @@ def consolidate(memory: AgentMemory, facts: Iterable[Fact], *, plan: WorkingPlan
             report.revised.append(f.key)
         else:
             continue
+        if budget_tokens is not None:
+            current.pop(f.key, None)
         current[f.key] = new
         sources += f.sources
-    if report.added or report.revised or report.removed:
+    if budget_tokens is not None:
+        report.evicted = evict(current, budget_tokens)
+    if report.added or report.revised or report.removed or report.evicted:
         why = f"{reason}: +{len(report.added)} ~{len(report.revised)} -{len(report.removed)}"
+        if report.evicted:
+            why += f" ({len(report.evicted)} evicted: over the notes budget of {budget_tokens} tokens)"
         memory.write(GUIDE, render_guide(current.values()), author=author, reason=why, sources=sources,
                      step=step, life=life, turn=turn)
     if plan is not None:

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from mfm.memory.appendlog import AppendLog, LoggedRows
-from mfm.schema import IndexRow, Problem, read_table
+from mfm.schema import IndexRow, Problem, SeenRow, read_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +138,69 @@ class EpisodeIndex(LoggedRows):
             if self.rows[i].frames:
                 return self.rows[i]
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class ContentHit:
+    """A cell an episode's frames showed holding ``material``: the latest such episode (as
+    of the query) and the first step the cell was ever seen with it."""
+
+    material: str
+    cell: tuple[int, int]
+    episode: str
+    last_step: int
+    first_seen: int
+
+
+class ContentIndex(LoggedRows):
+    """The content half of the episode index (``seen.jsonl``): what each episode's frames
+    showed, by material and world cell, searchable over the whole history (no recency
+    window). Appends go to the file and to memory; lookups are kept per material and cell."""
+
+    def __init__(self, rows: Iterable[SeenRow] = (), log: AppendLog | None = None) -> None:
+        self._cells: dict[str, dict[tuple[int, int], list[int]]] = {}
+        super().__init__((), log)
+        for r in rows:
+            self.rows.append(r)
+            self._note(len(self.rows) - 1)
+
+    @classmethod
+    def open(cls, run_dir: Path, writable: bool = False) -> tuple["ContentIndex", list[Problem]]:
+        """Load ``seen.jsonl`` of a run (none for format 1.1; damage tolerated)."""
+        path = run_dir / "seen.jsonl"
+        rows, problems = read_table(path, SeenRow) if path.exists() else ([], [])
+        return cls((r for _, r in rows), AppendLog(path) if writable else None), problems
+
+    def _note(self, i: int) -> None:
+        r = self.rows[i]
+        cells = self._cells.setdefault(r.material, {})
+        for x, y in r.cells:
+            cells.setdefault((int(x), int(y)), []).append(i)
+
+    def append(self, row: SeenRow) -> None:
+        """Add an episode's row for one material (written on the next :meth:`flush`)."""
+        super().append(row)
+        self._note(len(self.rows) - 1)
+
+    def materials(self) -> list[str]:
+        """The materials any episode showed."""
+        return sorted(self._cells)
+
+    def find(self, material: str, *, near: tuple[float, float] | None = None, radius: float | None = None,
+             as_of_step: int | None = None, limit: int | None = None) -> list[ContentHit]:
+        """Cells that showed ``material`` in episodes finished by ``as_of_step`` (all, if
+        None), within ``radius`` of ``near``; nearest first when ``near`` is given, else the
+        most recently seen first (ties by cell)."""
+        hits = []
+        for cell, rows in self._cells.get(material, {}).items():
+            if near is not None and radius is not None and \
+                    (cell[0] - near[0]) ** 2 + (cell[1] - near[1]) ** 2 > radius * radius:
+                continue
+            seen = [self.rows[i] for i in rows if as_of_step is None or self.rows[i].last_step <= as_of_step]
+            if seen:
+                hits.append(ContentHit(material, cell, seen[-1].episode, seen[-1].last_step, seen[0].first_step))
+        if near is not None:
+            hits.sort(key=lambda h: (abs(h.cell[0] - near[0]) + abs(h.cell[1] - near[1]), h.cell))
+        else:
+            hits.sort(key=lambda h: (-h.last_step, h.cell))
+        return hits[:limit] if limit is not None else hits

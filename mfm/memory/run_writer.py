@@ -1,6 +1,6 @@
 """The run directory writer: one object that owns every append-only file of a run.
 
-Each episode is committed whole by :meth:`RunWriter.end_episode`: its trace, grid,
+Each episode is committed whole by :meth:`RunWriter.end_episode`: its trace, grid, seen,
 milestone and life rows first (flushed), then its folder (records, frame strips,
 observation image, written on the episode store's background thread), then, once those are
 on disk, its index row (the commit marker), appended by that thread; the log section and
@@ -20,7 +20,7 @@ import dataclasses
 import time
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -28,9 +28,10 @@ from mfm.memory.agent_memory import AgentMemory
 from mfm.memory.appendlog import (AppendLog, Clock, WriteError, append_bytes, now_iso, write_atomic,
                                   write_in_place, writing)
 from mfm.memory.episode_store import EpisodeRecording, EpisodeStore
-from mfm.memory.index import EpisodeIndex
+from mfm.memory.index import ContentIndex, EpisodeIndex
 from mfm.memory.spatial import SpatialGrid
-from mfm.schema import (LOGS, MANIFEST, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, TurnRow)
+from mfm.schema import (LOGS, MANIFEST, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, SeenRow,
+                         TurnRow)
 
 LOG_RULE = "=" * 80
 MANIFEST_EVERY_S = 1.0
@@ -69,6 +70,7 @@ class RunWriter:
         self._index_log = AppendLog(run_dir / "index.jsonl", fsync)
         self.background_commit = background_commit
         self.grid = SpatialGrid(log=AppendLog(run_dir / "grid.jsonl", fsync))
+        self.content = ContentIndex(log=AppendLog(run_dir / "seen.jsonl", fsync))
         self.clock = clock
         self.memory = AgentMemory(run_dir, clock=clock)
         self._steps = AppendLog(run_dir / "steps.jsonl", fsync)
@@ -131,20 +133,27 @@ class RunWriter:
     def end_episode(self, rec: EpisodeRecording, *, grid: Iterable[GridRow] = (), observation: np.ndarray,
                     state: dict[str, Any], outcome: dict[str, Any], summary: str, tags: list[str], events: list[str],
                     x: float | None, y: float | None, outcome_label: str | None, note: str | None = None,
-                    log_lines: Iterable[str] = ()) -> IndexRow:
+                    log_lines: Iterable[str] = (), seen: Mapping[str, Iterable[tuple[int, int]]] | None = None
+                    ) -> IndexRow:
         """Commit a finished episode and everything that happened in it (see the module
         docstring for the order); the returned row is in :attr:`index` at once.
 
         ``grid``: its spatial rows; ``observation``: the frame it ends on; ``state`` and
         ``outcome``: the bodies of ``state/state.json`` and ``outcome.json``; ``summary``,
         ``tags``, ``events``, ``x``, ``y``, ``outcome_label`` and ``note``: its index row
-        (:meth:`EpisodeStore.index_row`); ``log_lines``: more lines of its ``logs.txt`` section."""
+        (:meth:`EpisodeStore.index_row`); ``log_lines``: more lines of its ``logs.txt`` section;
+        ``seen``: the cells its frames showed, per material (``seen.jsonl``)."""
         self.episodes.wait()
         self._steps.append(rec.steps)
         self._steps.flush()
         for g in grid:
             self.grid.append(g)
         self.grid.flush()
+        for material, cells in (seen or {}).items():
+            self.content.append(SeenRow(episode=rec.id, life=rec.life, first_step=rec.first_step,
+                                        last_step=rec.last_step, material=material,
+                                        cells=tuple([x, y] for x, y in cells)))
+        self.content.flush()
         self._milestones.flush()
         self._lives.flush()
         row = self.episodes.finalize(rec, observation=observation, state=state, outcome=outcome, summary=summary,
@@ -206,7 +215,7 @@ class RunWriter:
         written."""
         error: WriteError | None = None
         for flush in (self._steps.flush, self._turns.flush, self._milestones.flush, self._lives.flush,
-                      self.grid.flush, self.episodes.close):
+                      self.grid.flush, self.content.flush, self.episodes.close):
             try:
                 flush()
             except WriteError as e:
