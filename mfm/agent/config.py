@@ -149,9 +149,8 @@ class RunConfig:
 
     @property
     def run_name(self) -> str:
-        """``task_method[-ablation...]_sSEED`` (``_aN`` added for a world of N x N tiles, ``_llm`` for
-        the LLM policy): the run id
-        and default folder name."""
+        """``task_method[-ablation...]_sSEED`` (``_aN`` added for a world of N x N tiles, ``_llm``
+        for the LLM policy): the run id and default folder name."""
         base = f"{self.task}_{'-'.join([self.method, *self.ablations])}_s{self.seed}"
         if self.area is not None:
             base += f"_a{self.area}"

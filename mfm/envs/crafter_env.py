@@ -32,11 +32,6 @@ VIEW = rules.VIEW
 SPAWN = (AREA[0] // 2, AREA[1] // 2)
 """Where crafter puts the player at reset in a world of the default size (the centre, (32, 32));
 respawns go nearest to it (:func:`centre` of another size)."""
-
-
-def centre(area: tuple[int, int]) -> tuple[int, int]:
-    """Where crafter starts the player in a world of ``area`` tiles, and respawns go nearest to."""
-    return area[0] // 2, area[1] // 2
 PERCEPTIONS = ("map", "pixels")
 """Sources of the live view and daylight: the world map, or the decoded frame."""
 LOCAL_COLS, LOCAL_ROWS = rules.LOCAL_VIEW
@@ -54,6 +49,11 @@ _OBJECT_NAMES: dict[type, str] = {
 }
 _THREAT_RADIUS = 4
 _VITAL_CAUSES = (("food", "starvation"), ("drink", "thirst"), ("energy", "exhaustion"))
+
+
+def centre(area: tuple[int, int]) -> tuple[int, int]:
+    """Where crafter starts the player in a world of ``area`` tiles, and respawns go nearest to."""
+    return area[0] // 2, area[1] // 2
 
 
 @dataclass(frozen=True, eq=False)
