@@ -1,10 +1,10 @@
 """The agent with recording switched off, for measuring what recording costs.
 
-:class:`NullWriter` keeps what the agent reads back while it plays: the episode index and
-the spatial grid (in memory), and the files the agent itself reads (its ``mine/`` memory,
+:class:`NullWriter` keeps what the agent reads back while it plays: the episode index (and
+its content half) and the spatial grid (in memory), and the files the agent itself reads (its ``mine/`` memory,
 the per-step trace ``steps.jsonl`` and the text log ``logs.txt``). It writes nothing else:
-no frame strips, observation images or episode records, no index, grid, turn, milestone or
-life tables, no manifest updates. Frames the agent inspects are served from memory, so both
+no frame strips, observation images or episode records, no index, grid, seen, turn,
+milestone or life tables, no manifest updates. Frames the agent inspects are served from memory, so both
 modes take the same decisions and play the same steps. :class:`NullRecorder` plugs both into
 the :class:`~mfm.agent.runner.Runner` (its ``writer`` and ``frames`` arguments).
 """
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from mfm.memory import RunWriter
 from mfm.memory.appendlog import Clock
 from mfm.memory.episode_store import EpisodeRecording, EpisodeStore
-from mfm.memory.index import EpisodeIndex
+from mfm.memory.index import ContentIndex, EpisodeIndex
 from mfm.memory.retrieval import FrameError
 from mfm.memory.spatial import SpatialGrid
 from mfm.schema import GridRow, IndexRow, TurnRow
@@ -35,6 +35,7 @@ class NullWriter(RunWriter):
         self.episodes.close()
         self.index = EpisodeIndex()
         self.grid = SpatialGrid()
+        self.content = ContentIndex()
         self.frames = frames
 
     def _write_manifest(self) -> None:
@@ -45,8 +46,10 @@ class NullWriter(RunWriter):
     def end_episode(self, rec: EpisodeRecording, *, grid: Iterable[GridRow] = (), observation: np.ndarray,
                     state: dict[str, Any], outcome: dict[str, Any], summary: str, tags: list[str], events: list[str],
                     x: float | None, y: float | None, outcome_label: str | None, note: str | None = None,
-                    log_lines: Iterable[str] = ()) -> IndexRow:
-        """The episode's trace and log section, its index row and grid rows in memory, its frames kept."""
+                    log_lines: Iterable[str] = (), seen: Mapping[str, Iterable[tuple[int, int]]] | None = None
+                    ) -> IndexRow:
+        """The episode's trace and log section, its index row, grid and seen rows in memory, its
+        frames kept."""
         row = EpisodeStore.index_row(rec, observation=observation, summary=summary, tags=tags, events=events, x=x,
                                      y=y, outcome_label=outcome_label, note=note)
         self.frames[row.path] = rec.frames
@@ -54,6 +57,7 @@ class NullWriter(RunWriter):
         self._steps.flush()
         for g in grid:
             self.grid.append(g)
+        self.add_seen(rec, seen or {})
         self.index.append(row)
         self._log_section(row, log_lines)
         return row

@@ -149,10 +149,7 @@ class RunWriter:
         for g in grid:
             self.grid.append(g)
         self.grid.flush()
-        for material, cells in (seen or {}).items():
-            self.content.append(SeenRow(episode=rec.id, life=rec.life, first_step=rec.first_step,
-                                        last_step=rec.last_step, material=material,
-                                        cells=tuple([x, y] for x, y in cells)))
+        self.add_seen(rec, seen or {})
         self.content.flush()
         self._milestones.flush()
         self._lives.flush()
@@ -167,6 +164,13 @@ class RunWriter:
         if not self.background_commit:
             self.episodes.wait()
         return row
+
+    def add_seen(self, rec: EpisodeRecording, seen: Mapping[str, Iterable[tuple[int, int]]]) -> None:
+        """Queue an episode's ``seen.jsonl`` rows (one per material) in :attr:`content`."""
+        for material, cells in seen.items():
+            self.content.append(SeenRow(episode=rec.id, life=rec.life, first_step=rec.first_step,
+                                        last_step=rec.last_step, material=material,
+                                        cells=tuple([x, y] for x, y in cells)))
 
     def _commit_row(self, row: IndexRow) -> None:
         """Append an episode's index row (on the episode store's thread, its files on disk)."""
