@@ -202,10 +202,10 @@ def measure(run: Any) -> RunMeasures:
         tool_calls=sum(by_tool.values()), calls_by_tool=by_tool, deaths=deaths,
         diamond_step=m.milestones.get("collect_diamond"), retarget=retargeting(turns, index),
         ages=retrieval_ages(turns, index),
-        recalls=read_now(list((m.config.get("agent_summary") or {}).get("recalls") or []), turns))
+        recalls=recall_provenance(list((m.config.get("agent_summary") or {}).get("recalls") or []), turns))
 
 
-def read_now(recalls: list[dict], turns: Sequence[TurnRow]) -> list[dict]:
+def recall_provenance(recalls: list[dict], turns: Sequence[TurnRow]) -> list[dict]:
     """The recalls of a run's summary, each with where its GUIDE.md line came from: the last
     write of that fact at or before the recall (``turns.jsonl``: a ``write`` or
     ``consolidate`` call that added or revised its key), its step (``written``) and reason

@@ -256,7 +256,7 @@ class MFMPolicy:
         ``inspect_episodes // 4`` episodes): the index searched by content, every episode
         so far, however old."""
         refs: dict[str, IndexRow] = {}
-        known = {parse_cell_key(k)[2] for k in facts if parse_cell_key(k)}
+        known = {parsed[2] for parsed in map(parse_cell_key, facts) if parsed}
         for name in sorted(names):
             hits = tools.find_seen(name, near=p.pos, limit=4 * RECALL_CELLS)
             fresh = [h for h in hits if h.cell not in known and h.cell not in self.opened and self.failed[h.cell] < 2
@@ -422,8 +422,8 @@ class MFMPolicy:
         """Record where a :data:`RECALLED` thing's place came from when memory sends the player
         there (the run's ``agent_summary.recalls``): the episode that showed it and its age in
         env steps, and ``via``, how the place was first learned: ``frames`` (read from a stored
-        frame, now or earlier) or ``notes`` (written when seen). Whether the frames were read
-        in that very turn is in its ``inspect`` calls (``loaders.paper_measures.read_now``)."""
+        frame, now or earlier) or ``notes`` (written when seen). When and how its GUIDE.md line
+        was last written is read from the turns (``loaders.paper_measures.recall_provenance``)."""
         if name not in RECALLED or len(self.recalls) >= MAX_RECALLS:
             return
         fact = facts.get(res_key(name, cell))

@@ -29,9 +29,6 @@ DEATH_CAUSES: tuple[str, ...] = (
 
 AREA = rules.AREA
 VIEW = rules.VIEW
-SPAWN = (AREA[0] // 2, AREA[1] // 2)
-"""Where crafter puts the player at reset in a world of the default size (the centre, (32, 32));
-respawns go nearest to it (:func:`centre` of another size)."""
 PERCEPTIONS = ("map", "pixels")
 """Sources of the live view and daylight: the world map, or the decoded frame."""
 LOCAL_COLS, LOCAL_ROWS = rules.LOCAL_VIEW
@@ -54,6 +51,10 @@ _VITAL_CAUSES = (("food", "starvation"), ("drink", "thirst"), ("energy", "exhaus
 def centre(area: tuple[int, int]) -> tuple[int, int]:
     """Where crafter starts the player in a world of ``area`` tiles, and respawns go nearest to."""
     return area[0] // 2, area[1] // 2
+
+
+SPAWN = centre(AREA)
+"""Where crafter puts the player at reset in a world of the default size ((32, 32))."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,16 +206,23 @@ def _local_window(world: Any, pos: np.ndarray) -> tuple[tuple[str, ...], ...]:
     return tuple(columns)
 
 
+def nearest_cell(mask: np.ndarray, target: tuple[int, int]) -> tuple[int, int] | None:
+    """The cell of ``mask`` (a boolean x-by-y array) closest to ``target`` (Euclidean; ties:
+    smaller x, then y); None if the mask holds none."""
+    xs, ys = np.nonzero(mask)
+    if xs.size == 0:
+        return None
+    best = np.lexsort((ys, xs, (xs - target[0]) ** 2 + (ys - target[1]) ** 2))[0]
+    return int(xs[best]), int(ys[best])
+
+
 def _nearest_free_tile(world: Any, target: tuple[int, int]) -> tuple[int, int]:
     """The walkable tile without an object closest to ``target`` (ties: smaller x, then y)."""
     walkable = [world._mat_ids[name] for name in constants.walkable]
-    free = np.isin(world._mat_map, walkable) & (world._obj_map == 0)
-    xs, ys = np.nonzero(free)
-    if xs.size == 0:
+    cell = nearest_cell(np.isin(world._mat_map, walkable) & (world._obj_map == 0), target)
+    if cell is None:
         raise RuntimeError("no free walkable tile left in the world")
-    dist = (xs - target[0]) ** 2 + (ys - target[1]) ** 2
-    best = np.lexsort((ys, xs, dist))[0]
-    return int(xs[best]), int(ys[best])
+    return cell
 
 
 def _record_threats(env: crafter.Env) -> _Threats:

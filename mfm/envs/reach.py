@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from crafter import constants
 
-from mfm.envs.crafter_env import CrafterHarness, Perception, StepResult, action_index, centre
+from mfm.envs.crafter_env import CrafterHarness, Perception, StepResult, action_index, centre, nearest_cell
 from mfm.envs.rules import AREA, Reach
 
 NOOP = constants.actions.index("noop")
@@ -125,7 +125,9 @@ def screen(seed: int, reach: Reach, area: tuple[int, int] = AREA) -> str | None:
     open_ = ~np.isin(mats, BARRIERS)
     width, height = world.area
     reached = np.zeros_like(open_)
-    start = _nearest_open(open_, centre((width, height)))
+    start = nearest_cell(open_, centre((width, height)))
+    if start is None:
+        return "no open cell in the world"
     reached[start] = True
     todo = deque([start])
     while todo:
@@ -141,9 +143,3 @@ def screen(seed: int, reach: Reach, area: tuple[int, int] = AREA) -> str | None:
         return "the target cannot be reached from the centre"
     return None
 
-
-def _nearest_open(open_: np.ndarray, target: tuple[int, int]) -> tuple[int, int]:
-    """The open cell nearest to ``target`` (the centre itself, as a rule)."""
-    xs, ys = np.nonzero(open_)
-    best = int(np.argmin((xs - target[0]) ** 2 + (ys - target[1]) ** 2))
-    return int(xs[best]), int(ys[best])
