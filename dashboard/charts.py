@@ -307,12 +307,14 @@ def label_groups(points: list[tuple[float, float, str]], gap: float = LABEL_GAP
 def retarget_map(position: tuple[float, float] | None, inspected: list[dict], targets: list[dict],
                  radius: float) -> go.Figure:
     """A retarget turn on a mini-map: the agent, the inspected episodes' positions with the
-    ``radius`` circle around each, and the new targets (red when near). Inspected episodes
+    ``radius`` circle around each (none around an inherited episode, marked ``inherited``:
+    §A.4 does not count it), and the new targets (red when near). Inspected episodes
     within :data:`LABEL_GAP` cells of each other share one numbered marker (hover lists them;
     the legend of numbers is the figure's ``meta``), so labels never overlap."""
     fig = go.Figure()
     pts = [(float(i["x"]), float(i["y"]), str(i["episode"])) for i in inspected if i.get("x") is not None]
-    for x, y, _ in dict.fromkeys((x, y, "") for x, y, _ in pts):
+    counted = [(float(i["x"]), float(i["y"])) for i in inspected if i.get("x") is not None and not i.get("inherited")]
+    for x, y in dict.fromkeys(counted):
         fig.add_shape(type="circle", x0=x - radius, x1=x + radius, y0=y - radius, y1=y + radius,
                       line=dict(color=theme.MARK_STYLES["inspect"]["color"], dash="dot"), layer="below")
     groups = label_groups(pts)

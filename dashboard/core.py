@@ -17,7 +17,7 @@ from loaders.formats import detect
 from loaders.remote import mirror_root
 from mfm.objectstore import is_url
 from mfm.boundary import UnsafePath, inside
-from mfm.schema import EPISODE_ID
+from mfm.schema import EPISODE_ID, INHERITED
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES_DIR = REPO / "pages" if (REPO / "pages").is_dir() else Path(__file__).resolve().parent / "page_files"
@@ -169,12 +169,22 @@ class FrameRef:
         return f"{self.run} · " + (f"{self.episode} (end)" if self.episode else f"step {self.step}")
 
 
+def copy_key(key: str) -> str:
+    """The run key of the copy of the run that run ``key`` inherited (its ``inherited/`` folder)."""
+    return f"{key}/{INHERITED}"
+
+
 def parse_frame_ref(text: str) -> FrameRef:
-    """Parse ``key:step`` or ``key:ep_NNNNNN``; raise ValueError on anything else."""
+    """Parse ``key:step`` or ``key:ep_NNNNNN``; raise ValueError on anything else. An episode
+    named as the run names an inherited one, ``key:inherited:ep_NNNNNN``, is that episode of
+    the copy (``copy_key(key):ep_NNNNNN``)."""
     key, sep, what = text.strip().rpartition(":")
     if not sep or not key:
         raise ValueError(f"frame {text!r} must look like RUN:STEP or RUN:ep_000012")
     if EPISODE_ID.match(what):
+        heir, sep, qualifier = key.rpartition(":")
+        if sep and heir and qualifier == INHERITED:
+            return FrameRef(copy_key(heir), episode=what)
         return FrameRef(key, episode=what)
     step = parse_int(what)
     if step is None or step < 0:

@@ -21,10 +21,11 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import safe_text
-from dashboard.core import PAGES_DIR, live_caption, param_problem, resolve_run_key, run_key, runs_root, \
-    split_list, status_changes
+from dashboard.core import PAGES_DIR, copy_key, live_caption, param_problem, resolve_run_key, run_key, \
+    runs_root, split_list, status_changes
 from dashboard.theme import STATUS_LABELS
 from loaders import chart_data, run_pages
+from loaders.inherited import inherited_from, locate
 from loaders.live import LiveRuns, needs_refresh, watch_key
 from loaders.remote import mirrored_url
 from loaders.run import Run, find_runs
@@ -256,8 +257,9 @@ def sidebar(page_keys: tuple[str, ...] = ()) -> tuple[list[tuple[str, Run]], tup
             if focus:
                 m = focus[1].manifest
                 if m:
+                    got = inherited_from(focus[1])
                     st.caption(md(f"{m.task} · {m.method} · seed {'unknown' if m.seed is None else m.seed} · "
-                                  f"{focus[1].status}"))
+                                  f"{focus[1].status}" + (f" · inherited memory of {got.get('run')}" if got else "")))
         else:
             st.caption("No run open: pick runs on the Runs page.")
     if focus and qp("run") != focus[0]:
@@ -279,6 +281,29 @@ def link_params(**extra: Any) -> dict[str, str]:
     out = {k: v for k in GLOBAL_KEYS if (v := qp(k))}
     out.update({k: str(v) for k, v in extra.items() if v is not None and str(v) != ""})
     return out
+
+
+def episode_link(key: str, run: Run, ep: str) -> dict[str, str] | None:
+    """Query params opening episode ``ep`` of run ``key`` in Timeline. An ``inherited:``
+    episode opens in the copy of the run it came from (added to the open runs and focused),
+    under its own id there; None when the episode is found nowhere."""
+    ref = locate(run, ep)
+    if ref.holder is None:
+        return None
+    if not ref.inherited:
+        return link_params(ep=ep)
+    copy = copy_key(key)
+    opened = [k for k in split_list(qp("runs")) or [key] if k != copy]
+    return {"runs": ",".join([*opened, copy]), "run": copy, "ep": ref.local_id}
+
+
+def episode_frames_ref(key: str, run: Run, ep: str) -> str | None:
+    """The ``frames`` query value of episode ``ep``'s end observation (an inherited one in the
+    copy, ``copy_key(key):ep_…``); None when the episode is found nowhere."""
+    ref = locate(run, ep)
+    if ref.holder is None:
+        return None
+    return f"{copy_key(key)}:{ref.local_id}" if ref.inherited else f"{key}:{ep}"
 
 
 def _runs_key(runs: Runs) -> tuple:
@@ -314,10 +339,17 @@ frame: Callable[..., np.ndarray] = cached(run_pages.frame_for, max_entries=2048)
 """``frame(run, step=None, episode=None)``: a frame (cached); raises FrameError or UnsafePath."""
 
 
+def episode_frame(run: Run, episode: str, step: int | None = None, life: int | None = None) -> np.ndarray:
+    """A frame of an episode ``run`` names (:func:`frame`): of env ``step``, else its end
+    observation; an inherited episode's from the copy of its run (``run_pages.frame_holder``)."""
+    holder, s, ep, lf = run_pages.frame_holder(run, episode, step, life)
+    return frame(holder, step=s, episode=ep, life=lf)
+
+
 timeline: Callable[..., chart_data.TimelineView] = cached(chart_data.timeline)
 """``timeline(run, lo, hi, color_by)``: the timeline's data (cached)."""
-inspections: Callable[[Run], pd.DataFrame] = cached(lambda run: run_pages.inspections(run.turns(), run.episodes()))
-"""The frame inspections of a run (cached)."""
+inspections: Callable[[Run], pd.DataFrame] = cached(run_pages.run_inspections)
+"""The frame inspections of a run (cached; :func:`loaders.run_pages.run_inspections`)."""
 
 
 def show_problems(key: str, run: Run) -> None:

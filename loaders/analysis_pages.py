@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from loaders import paper_measures, paper_tables, provenance
+from loaders.inherited import is_inherited, locate
 from loaders.paper_measures import RADIUS, Retargeting
 from loaders.run import Run
 from loaders.run_pages import position_at, search_hits, search_text
@@ -79,7 +80,10 @@ def _looked(turn: TurnRow, by_id: dict[str, IndexRow]) -> list[IndexRow]:
 def retarget_turns(run: Run, radius: float = RADIUS) -> pd.DataFrame:
     """Every turn that names a target absent from its plan: ``turn, life, step, inspected,
     targets, near, nearest`` (``near``: new targets within ``radius`` of an inspected
-    episode's position; ``nearest``: the smallest such distance)."""
+    episode's position; ``nearest``: the smallest such distance). ``inspected`` also lists the
+    inherited episodes the turn inspected, named with the run they came from; like the §A.4
+    statistics (:func:`loaders.paper_measures.retargeting`), ``near`` and ``nearest`` count
+    only the run's own episodes (empty ``near``: the turn inspected none of them)."""
     by_id = {r.id: r for r in run.records("index.jsonl")}
     rows = []
     for t in run.records("turns.jsonl"):
@@ -89,8 +93,9 @@ def retarget_turns(run: Run, radius: float = RADIUS) -> pd.DataFrame:
         looked = _looked(t, by_id)
         near = [_near(g, looked, radius) for g in new]
         dists = [d for _, d in near if not math.isnan(d)]
+        theirs = [locate(run, e).label for e in paper_measures.inspected(t) if is_inherited(e)]
         rows.append({"turn": t.turn, "life": t.life, "step": t.first_step,
-                     "inspected": ", ".join(r.id for r in looked),
+                     "inspected": ", ".join([r.id for r in looked] + theirs),
                      "targets": "; ".join(f"{g.get('kind', '?')} ({g['x']}, {g['y']})" for g in new),
                      "near": f"{sum(n for n, _ in near)}/{len(new)}" if looked else "",
                      "nearest": round(min(dists), 1) if dists else None})
@@ -119,7 +124,10 @@ def retarget_audit(run: Run, turn: int, radius: float = RADIUS) -> RetargetAudit
     """The audit of turn number ``turn``, or None if the run has no such turn. Each search is
     ``query`` (in words, :func:`loaders.run_pages.search_text`), ``args``, ``returned`` (the
     episode ids) and ``count`` (None when the record holds no result list); each inspection
-    names the inspected episode's ``life`` and the ``step`` of the frame it looked at."""
+    names the inspected episode's ``life`` and the ``step`` of the frame it looked at. An
+    inspection of an inherited episode is marked ``inherited`` with the run it came from
+    (``from_run``); its position, life and steps are the earlier game's, read from the copy
+    of that run, and it is not ``counted`` (as in the §A.4 statistics)."""
     t = next((x for x in run.records("turns.jsonl") if x.turn == turn), None)
     if t is None:
         return None
@@ -136,16 +144,18 @@ def retarget_audit(run: Run, turn: int, radius: float = RADIUS) -> RetargetAudit
                                  "returned": [str(i) for i in ids] if isinstance(ids, list) else []})
         elif c.get("tool") == "inspect":
             ep = str(args.get("episode") or "")
-            row = by_id.get(ep)
+            ref = locate(run, ep) if is_inherited(ep) else None
+            row = ref.row if ref is not None else by_id.get(ep)
             seen = [f.get("step") for f in res.get("found") or [] if isinstance(f, dict)]
             seen = [v for v in seen if isinstance(v, int) and not isinstance(v, bool)]
             out.inspections.append({
-                "episode": ep, "frames": args.get("frames"), "counted": ep in looked,
+                "episode": ep, "from_run": ref.origin if ref is not None else "",
+                "frames": args.get("frames"), "counted": ep in looked,
                 "x": row.x if row else None, "y": row.y if row else None,
                 "life": row.life if row else None, "last_step": row.last_step if row else None,
                 "step": args.get("step") if isinstance(args.get("step"), int) else (min(seen) if seen else None),
                 "found": [f"{f.get('name')} ({f.get('x')}, {f.get('y')}) @ {f.get('step')}"
-                          for f in res.get("found") or [] if isinstance(f, dict)]})
+                          for f in res.get("found") or [] if isinstance(f, dict)], "inherited": ref is not None})
     for g in paper_measures.retargets(t):
         near, d = _near(g, [by_id[e] for e in looked], radius)
         out.targets.append({**g, "near": near, "nearest": None if math.isnan(d) else round(d, 1)})
@@ -236,15 +246,21 @@ def memory_provenance(run: Run, path: str, as_of_step: int | None) -> pd.DataFra
     """Each line of ``path`` as of a step (the as-of rule) with the write that set it, whether
     and when a later write removed it, and whether a later write contradicted it (see
     :func:`loaders.provenance.contradictions`): ``line, text, step, turn, author, reason,
-    sources, removed_at, contradicted_at, contradiction, now, contradicted_by, contradicting_sources``
-    (``step``: the step from which the write holds)."""
+    sources, cites, removed_at, contradicted_at, contradiction, now, contradicted_by, contradicting_sources``
+    (``step``: the step from which the write holds; ``sources``: the write's; ``cites``: the
+    episodes a knowledge line names itself, which may be fewer, e.g. one of the many sources of
+    an inherited GUIDE.md's first write)."""
     lines = provenance.blame_as_of(run, path, as_of_step)
     removed = provenance.removal_steps(run, path, as_of_step, lines)
+    knowledge = provenance.kind_of(path) == "knowledge"
     rows = [{"line": i + 1, "text": b.text.rstrip("\n"), "step": b.write.step, "turn": b.write.turn,
              "author": b.write.author, "reason": b.write.reason, "sources": ", ".join(b.write.sources),
-             "removed_at": removed[i]} for i, b in enumerate(lines)]
-    df = pd.DataFrame(rows, columns=["line", "text", "step", "turn", "author", "reason", "sources", "removed_at"])
+             "cites": ", ".join(provenance.line_cites(b.text) if knowledge else ()), "removed_at": removed[i]}
+            for i, b in enumerate(lines)]
+    df = pd.DataFrame(rows, columns=["line", "text", "step", "turn", "author", "reason", "sources", "cites",
+                                     "removed_at"])
     df["removed_at"] = df["removed_at"].astype("Int64")
+    df["turn"] = df["turn"].astype("Int64")
     return df.merge(provenance.contradictions(run, path, as_of_step, lines), on="line", how="left")
 
 

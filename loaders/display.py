@@ -29,6 +29,7 @@ import pandas as pd
 from PIL import Image
 
 from loaders import analysis_pages, run_pages
+from loaders.inherited import episode_label, inherited_from, locate
 from loaders.run import Run
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
@@ -152,8 +153,10 @@ def run_text(run: Run) -> str:
         return f"<Run {run.name} ({run.format}): no manifest>"
     method = "+".join([m.method, *m.ablations])
     got = sum(1 for n in m.milestone_order if n in m.milestones)
+    got_from = inherited_from(run)
     return (f"<Run {run.name}: {method} on {m.task}, seed {m.seed}, {m.status} at step {m.last_step}/"
-            f"{m.step_budget}, {got}/{len(m.milestone_order)} milestones, {m.lives} lives>")
+            f"{m.step_budget}, {got}/{len(m.milestone_order)} milestones, {m.lives} lives"
+            + (f", inherited memory of {got_from.get('run')}" if got_from else "") + ">")
 
 
 def run_html(run: Run) -> str:
@@ -161,7 +164,9 @@ def run_html(run: Run) -> str:
     s = run.summary()
     head = (f"<b>{esc(s['run'])}</b> · {esc(s['format'])} · method <b>{esc(s['method'])}</b>"
             + (f" ({esc(s['ablations'])})" if s["ablations"] else "")
-            + f" · task {esc(s['task'])} · seed {esc(s['seed'])} · <b>{esc(s['status'])}</b>")
+            + f" · task {esc(s['task'])} · seed {esc(s['seed'])} · <b>{esc(s['status'])}</b>"
+            + (f" · inherited memory of <b>{esc(got_from.get('run'))}</b> (its copy: inherited/)"
+               if (got_from := inherited_from(run)) else ""))
     facts = (f"steps {esc(s['steps'])} of {esc(s['budget'])} · lives {esc(s['lives'])} · deaths {esc(s['deaths'])}"
              f" · episodes {esc(s['episodes'])} · turns {len(run.records('turns.jsonl'))}"
              f" · problems {esc(s['problems'])}")
@@ -176,7 +181,8 @@ def run_html(run: Run) -> str:
 
 @dataclass
 class Episode:
-    """One episode of a run for display: its index row, records and a strip of its frames."""
+    """One episode of a run for display: its index row, records and a strip of its frames.
+    An ``inherited:`` id is read from the copy of the run it came from (:mod:`loaders.inherited`)."""
 
     run: Run
     id: str
@@ -185,11 +191,16 @@ class Episode:
 
     @property
     def row(self) -> IndexRow:
-        """The episode's index row (KeyError if the run has no such episode)."""
-        ref = self.run.episode(self.id)
+        """The episode's index row, in the run holding it (KeyError if there is no such episode)."""
+        ref = locate(self.run, self.id).row
         if ref is None:
             raise KeyError(f"{self.run.name}: no episode {self.id}")
         return ref
+
+    @property
+    def label(self) -> str:
+        """The id as shown: an inherited one names the run it came from."""
+        return episode_label(self.run, self.id)
 
     def frames(self) -> list[tuple[int, np.ndarray]]:
         """Up to ``max_frames`` per-step frames, evenly spaced: ``[(step, frame)]``."""
@@ -208,7 +219,7 @@ def episode_text(ep: Episode) -> str:
         r = ep.row
     except KeyError as e:
         return f"<Episode {ep.id}: {e.args[0]}>"
-    return (f"<Episode {r.id} of {ep.run.name}: {r.action_kind or r.kind}, {_span(r)} "
+    return (f"<Episode {ep.label} of {ep.run.name}: {r.action_kind or r.kind}, {_span(r)} "
             f"({r.frames} frames), life {r.life}, outcome {r.outcome or '-'}, at ({_num(r.x)}, {_num(r.y)})>\n"
             f"{r.summary}")
 
@@ -233,7 +244,7 @@ def episode_html(ep: Episode) -> str:
         r = ep.row
     except KeyError as e:
         return _wrap(f"<p>{esc(e.args[0])}</p>")
-    head = (f"<b>{esc(r.id)}</b> · {esc(r.action_kind or r.kind)} · {esc(_span(r))}"
+    head = (f"<b>{esc(ep.label)}</b> · {esc(r.action_kind or r.kind)} · {esc(_span(r))}"
             f" · life {esc(r.life)} · turn {esc(r.turn)} · outcome <b>{esc(r.outcome or '—')}</b>"
             f" · ends at ({esc(_num(r.x))}, {esc(_num(r.y))}) · {esc(r.frames)} frames")
     tags = ", ".join(r.tags) or "—"
@@ -255,7 +266,7 @@ def _strip(ep: Episode) -> tuple[str, str]:
         shown = f"{len(frames)} of {ep.row.frames} frames" if len(frames) < ep.row.frames else "every frame"
         return ("".join(figure(f, f"step {s}", ep.scale) for s, f in frames),
                 f"{shown}, enlarged ×{ep.scale} (nearest neighbour)")
-    frame, error = _frame_or_error(lambda: ep.run.observation(ep.id))
+    frame, error = _frame_or_error(lambda: run_pages.frame_for(ep.run, episode=ep.id))
     return figure(frame, f"end observation · step {ep.row.last_step}", ep.scale, error), \
         "no per-step frame recorded: the observation at the episode's end"
 
@@ -299,14 +310,12 @@ class Turn:
         t = self.row
         out = [(f"had · step {t.first_step}",
                 *_frame_or_error(lambda: run_pages.frame_for(self.run, step=t.first_step, life=t.life)))]
-        turns = self.run.turns()
-        mine = turns[turns["turn"] == self.number] if len(turns) else turns
-        for r in run_pages.inspections(mine, self.run.episodes()).head(self.max_frames - 1).itertuples():
+        insp = run_pages.run_inspections(self.run)
+        insp = insp[insp["turn"] == self.number] if len(insp) else insp
+        for r in insp.head(self.max_frames - 1).itertuples():
             target = None if pd.isna(r.target_step) else int(r.target_step)
-            caption = f"inspected {r.episode} · " + (f"step {target}" if target is not None else "end")
-            out.append((caption, *_frame_or_error(
-                lambda: run_pages.frame_for(self.run, step=target, episode=None if target is not None
-                                            else r.episode))))
+            out.append((f"inspected {r.retrieved}", *_frame_or_error(
+                lambda: run_pages.frame_for(*run_pages.frame_holder(self.run, r.episode, target)))))
         return out
 
     def _repr_html_(self) -> str:
@@ -345,8 +354,8 @@ def turn_text(turn: Turn) -> str:
         return f"<Turn {turn.number}: {e.args[0]}>"
     lines = [f"<Turn {t.turn} of {turn.run.name}: life {t.life}, steps {t.first_step}-{t.last_step}, {t.policy}>"]
     lines += [f"  searched {s['query']} -> {', '.join(s['returned']) or 'nothing'}" for s in a.searches]
-    lines += [f"  inspected {i['episode']} ({i['frames']} frames): found {found_summary(i['found'])}"
-              for i in a.inspections]
+    lines += [f"  inspected {i['episode']}" + (f" (from run {i['from_run']})" if i.get("inherited") else "")
+              + f" ({i['frames']} frames): found {found_summary(i['found'])}" for i in a.inspections]
     lines += [f"  wrote {w.path} (seq {w.seq}, step {w.step}): {w.reason}" for w in turn.writes]
     lines.append(f"  plan before: {_plan(t.plan_before)}")
     lines.append(f"  plan after:  {_plan(t.plan_after)}")
@@ -367,8 +376,9 @@ def turn_html(turn: Turn) -> str:
     state = f"<pre>{esc(t.note)}</pre>" if t.note else ""
     searches = table([{"query": s["query"], "returned": ", ".join(s["returned"])} for s in a.searches],
                      ["query", "returned"])
+    theirs = any(i.get("inherited") for i in a.inspections)
     insp = table([{**i, "found": found_summary(i["found"])} for i in a.inspections],
-                 ["episode", "frames", "x", "y", "last_step", "counted", "found"])
+                 ["episode", *(["from_run"] if theirs else []), "frames", "x", "y", "last_step", "counted", "found"])
     writes = table([{"seq": w.seq, "step": w.step, "path": w.path, "op": w.op, "author": w.author,
                      "reason": w.reason, "sources": ", ".join(w.sources)} for w in turn.writes],
                    ["seq", "step", "path", "op", "author", "reason", "sources"])

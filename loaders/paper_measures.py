@@ -22,12 +22,15 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from mfm.schema import IndexRow, RunManifest, TurnRow
+from mfm.memory import AgentMemory, ContentIndex
+from mfm.memory.consolidation import GUIDE
+from mfm.schema import INHERITED, IndexRow, RunManifest, TurnRow
 
 RADIUS = 8.0
 
@@ -179,6 +182,11 @@ class RunMeasures:
     retarget: Retargeting
     ages: list[tuple[str, int]] = field(default_factory=list)
     recalls: list[dict] = field(default_factory=list)
+    done_step: int | None = None
+    """The step of the task's last milestone, if every one was reached."""
+    inherited: dict | None = None
+    """What the run inherited (``run.json``'s ``config.inherited``) and whether that memory
+    held its target (:func:`target_in_memory`); None for a run that inherited nothing."""
 
     @property
     def steps_per_turn(self) -> float:
@@ -194,7 +202,9 @@ def measure(run: Any) -> RunMeasures:
     for t in turns:
         for c in t.calls:
             by_tool[c.get("tool", "?")] = by_tool.get(c.get("tool", "?"), 0) + 1
-    deaths = sum(1 for e in run.records("lives.jsonl") if e.event == "death")
+    lives = run.records("lives.jsonl")
+    deaths = sum(1 for e in lives if e.event == "death")
+    recalls = recall_provenance(list((m.config.get("agent_summary") or {}).get("recalls") or []), turns)
     return RunMeasures(
         name=run.name, task=m.task, method=label(m), seed=m.seed,
         milestones=sum(1 for n in m.milestone_order if n in m.milestones), of=len(m.milestone_order),
@@ -202,7 +212,37 @@ def measure(run: Any) -> RunMeasures:
         tool_calls=sum(by_tool.values()), calls_by_tool=by_tool, deaths=deaths,
         diamond_step=m.milestones.get("collect_diamond"), retarget=retargeting(turns, index),
         ages=retrieval_ages(turns, index),
-        recalls=recall_provenance(list((m.config.get("agent_summary") or {}).get("recalls") or []), turns))
+        recalls=recall_lives(recalls, index, [e.step for e in lives if e.event == "respawn"]),
+        done_step=m.milestones.get(m.milestone_order[-1]) if m.milestone_order and
+        all(n in m.milestones for n in m.milestone_order) else None,
+        inherited=({**m.config["inherited"], **target_in_memory(run.path, m.milestone_order)}
+                   if isinstance(m.config.get("inherited"), dict) else None))
+
+
+def recall_lives(recalls: list[dict], index: Sequence[IndexRow], respawns: Sequence[int]) -> list[dict]:
+    """The recalls, each with ``life`` (the life it was made in: respawns at or before its
+    step) and ``source_life`` (the life of the episode that showed the place; None for an
+    inherited or unknown one): a recall with ``source_life < life`` recognised a place from
+    an earlier life's frames or notes (the paper's §A.2 case)."""
+    lives = {r.id: r.life for r in index}
+    out = []
+    for c in recalls:
+        life = sum(1 for s in respawns if s <= int(c.get("step", 0)))
+        out.append({**c, "life": life, "source_life": lives.get(str(c.get("source")))})
+    return out
+
+
+def target_in_memory(run_dir: Path, milestones: Sequence[str]) -> dict[str, Any]:
+    """Whether the memory a run inherited (its ``inherited/`` copy) held the place of what its
+    first ``collect_*`` milestone collects: ``seen``, the copy's frames showed it (its
+    ``seen.jsonl``); ``noted``, the copy's last GUIDE.md names a cell of it."""
+    item = next((n[len("collect_"):] for n in milestones if n.startswith("collect_")), None)
+    tile = {"wood": "tree"}.get(item or "", item)
+    copy = run_dir / INHERITED
+    content, _ = ContentIndex.open(copy)
+    guide = AgentMemory.open(copy)[0].read(GUIDE) or ""
+    return {"target": tile, "seen": bool(tile and content.find(tile, limit=1)),
+            "noted": bool(tile and f"[res:{tile}@" in guide)}
 
 
 def recall_provenance(recalls: list[dict], turns: Sequence[TurnRow]) -> list[dict]:
@@ -369,7 +409,8 @@ def reach_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
     interval, over the successes), and the recall that led to each success: the age of the
     episode that showed the place, how long its GUIDE.md line had been kept when it was used
     (``kept``), whether that line was last written from stored frames (``by_frames``) or
-    otherwise, by sight (``by_notes``); ``by_sight``: got with no recall, the diamond in view."""
+    otherwise, by sight (``by_notes``); ``by_sight``: got with no recall, the diamond in view;
+    ``earlier_life``: successes whose recall named an episode of an earlier life."""
     rows = []
     ended = [r for r in ms if r.status in TRIALS]
     for d in sorted({delay(r.task) for r in ended} - {None}):
@@ -387,7 +428,38 @@ def reach_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
                          "by_frames": sum(1 for w in wins if w and w.get("written_by") == "frames"),
                          "by_notes": sum(1 for w in wins if w and w.get("written_by") != "frames"),
                          "by_sight": sum(1 for w in wins if w is None),
+                         "earlier_life": sum(1 for w in wins if w and w.get("source_life") is not None
+                                             and w["source_life"] < w["life"]),
                          "over_1000": sum(a > 1000 for a in ages) / len(ages) if ages else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def inherit_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """New games in a known world (the ``ore-*`` tasks, paper §5.2), per task, method and
+    memory (``none``, or ``inherited``), over the runs that ended: the task done out of n
+    with a 95% Wilson interval, the median steps of the successes and each seed's steps (None:
+    not done within the budget; a run stops when done, so success within a smaller budget B
+    is steps <= B); for inherited memory,
+    how many of the earlier runs' memories held the target's place (``held``: seen in their
+    frames or named in their notes) and the successes with and without it."""
+    rows = []
+    ended = [r for r in ms if r.status in TRIALS and (r.inherited is not None or r.task.startswith("ore-"))]
+    for task in sorted({r.task for r in ended}):
+        for method, group in _by_method([r for r in ended if r.task == task]):
+            for memory in ("none", "inherited"):
+                runs = [r for r in group if (r.inherited is not None) == (memory == "inherited")]
+                if not runs:
+                    continue
+                done = [r for r in runs if r.done_step is not None]
+                held = [r for r in runs if r.inherited and (r.inherited.get("seen") or r.inherited.get("noted"))]
+                lo, hi = wilson(len(done), len(runs))
+                rows.append({"task": task, "method": method, "memory": memory, "runs": len(runs),
+                             "successes": len(done), "rate": len(done) / len(runs), "rate_lo": lo, "rate_hi": hi,
+                             "steps_median": float(np.median([r.done_step for r in done])) if done else float("nan"),
+                             "held": len(held) if memory == "inherited" else None,
+                             "held_successes": sum(r.done_step is not None for r in held),
+                             "per_seed": {_seed_key(r): r.done_step for r in runs},
+                             "from": sorted({str(r.inherited.get("task")) for r in runs if r.inherited})})
     return pd.DataFrame(rows)
 
 

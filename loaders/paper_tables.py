@@ -14,8 +14,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from loaders.paper_measures import RADIUS, RunMeasures, interaction_table, milestone_table, reach_success_table, \
-    reach_table, retarget_table, seed_label
+from loaders.paper_measures import RADIUS, RunMeasures, inherit_table, interaction_table, milestone_table, \
+    reach_success_table, reach_table, retarget_table, seed_label
 
 
 def _f(v: float | None, digits: int = 1) -> str:
@@ -110,8 +110,28 @@ def reach_success(ms: Sequence[RunMeasures]) -> pd.DataFrame:
         "place last noted from frames / by sight / no recall": [
             f"{a} / {b} / {c}" for a, b, c in zip(t["by_frames"], t["by_notes"], t["by_sight"])],
         "age of the episode that showed it (steps)": [ages(v) for v in t["recall_ages"]],
+        "shown in an earlier life": [f"{k}/{n}" if n else "-" for k, n in zip(t["earlier_life"], t["successes"])],
         "kept in GUIDE.md before use (steps)": [ages(v) for v in t["kept"]],
         "share older than 1,000 steps": [_pct(v) if v == v else "-" for v in t["over_1000"]]})
+
+
+def inherited_memory(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """New games in a known world (paper §5.2): the task done with no memory and with an
+    earlier run's memory, and how often that memory held the target's place."""
+    t = inherit_table(ms)
+    if t.empty:
+        return pd.DataFrame()
+    held = [("-" if h is None or h != h else f"{int(h)}/{n} ({int(k)}/{int(h)} done)")
+            for h, n, k in zip(t["held"], t["runs"], t["held_successes"])]
+    return pd.DataFrame({
+        "task": t["task"], "method": t["method"], "memory": [
+            m if m == "none" else f"{m} from {', '.join(f)}" for m, f in zip(t["memory"], t["from"])],
+        "done": [f"{k}/{n}" for k, n in zip(t["successes"], t["runs"])],
+        "rate (95% CI)": [f"{_pct(r)} ({_pct(lo)}-{_pct(hi)})" for r, lo, hi in zip(t["rate"], t["rate_lo"], t["rate_hi"])],
+        "median steps (successes)": ["-" if v != v else _f(v, 0) for v in t["steps_median"]],
+        "steps per seed (-: not done)": [", ".join(f"{seed_label(k)} {'-' if v is None else v}" for k, v in d.items())
+                                         for d in t["per_seed"]],
+        "memory held the target": held})
 
 
 def to_markdown(df: pd.DataFrame) -> str:
@@ -157,5 +177,7 @@ def tables(ms: Sequence[RunMeasures]) -> list[tuple[str, str, pd.DataFrame]]:
            ("retargeting", f"Retargeting after inspection (paper A.4; radius {RADIUS:g} cells)", retargeting(ms)),
            ("interaction", "Interaction: env steps per turn, model and tool calls per milestone", interaction(ms)),
            ("reach", "How far back retrieval reaches (age of retrieved episodes)", reach(ms)),
-           ("reach-success", "Temporal reach: diamonds got against the delay D (95% intervals)", reach_success(ms))]
+           ("reach-success", "Temporal reach: diamonds got against the delay D (95% intervals)", reach_success(ms)),
+           ("inherited-memory", "New games in a known world: no memory vs an earlier run's (paper §5.2)",
+            inherited_memory(ms))]
     return [(n, t, df) for n, t, df in out if len(df)]

@@ -11,6 +11,10 @@ ones marked, with the reason), plan versions (working.md) and versions of any ot
 - ``disabled_because``: the write that disabled a procedure -> the episodes that showed it;
 - ``used_in``: a procedure version -> an episode in which a turn ran it (``procedure`` calls).
 
+An episode of the run a run inherited (``inherited:ep_…``, :mod:`loaders.inherited`) is a
+node of its own, labelled with that run and read from its copy; it sits at the step of the
+first write citing it (its own steps are the earlier game's).
+
 Large histories are aggregated under a node budget (:func:`aggregate`): episodes collapse
 into step bins, then versions into one node per chain, then chains into step bins, and the
 graph says what it merged.
@@ -30,11 +34,12 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from loaders.inherited import is_inherited, locate, origin, qualify
 from loaders.run import Run
 from mfm.memory.agent_memory import Blame, blame, rebuild, replay
 from mfm.memory.consolidation import FACT_LINE, GUIDE, PLAN_LINE, WORKING, parse_plan_targets
 from mfm.memory.procedures import PROC_DIR
-from mfm.schema import MemoryWrite
+from mfm.schema import IndexRow, MemoryWrite
 
 NODE_KINDS = ("knowledge", "procedure", "plan", "file", "episode")
 PREFIX = {"knowledge": "fact", "procedure": "proc", "plan": "plan", "file": "file"}
@@ -125,6 +130,12 @@ def _knowledge_line(line: str) -> tuple[str, str, tuple[str, ...]] | None:
     if m is None:
         return s, s, ()
     return m["key"], s, tuple(x.strip() for x in m["src"].split(",")) if m["src"] else ()
+
+
+def line_cites(line: str) -> tuple[str, ...]:
+    """The episodes a knowledge line names itself (``(ep_…, inherited:ep_…)`` at its end)."""
+    hit = _knowledge_line(line)
+    return hit[2] if hit is not None else ()
 
 
 def knowledge_lines(text: str | None, memo: dict | None = None) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -221,16 +232,34 @@ class Graph:
         return pd.DataFrame([vars(e) for e in self.edges], columns=["src", "dst", "kind", "label", "count"])
 
 
-def _episode_node(ep: str, index: dict, step: int) -> Node:
+def _episode_node(ep: str, index: dict, step: int, from_run: str | None = None) -> Node:
+    """The node of an episode a write cites, at its own steps; an inherited one (``from_run``)
+    at ``step``, the citing write's, its steps in the label."""
     r = index.get(ep)
+    shown = f"{ep} (from run {from_run or 'unknown'})" if is_inherited(ep) else ep
     if r is None:
-        return Node(ep, "episode", f"{ep} (not in the index)", step, lo=step, hi=step)
+        return Node(ep, "episode", f"{shown} (not in {'its' if is_inherited(ep) else 'the'} index)", step, lo=step,
+                    hi=step)
+    if is_inherited(ep):
+        return Node(ep, "episode", f"{shown}, steps {r.first_step}–{r.last_step} of that run: {r.summary}", step,
+                    lo=step, hi=step)
     return Node(ep, "episode", f"{ep}: {r.summary}", int(r.last_step), lo=int(r.first_step), hi=int(r.last_step))
+
+
+def episode_index(run: Run) -> tuple[dict[str, IndexRow], str | None]:
+    """The index rows of every episode the run can cite, by the id it cites them with (the
+    inherited run's under ``inherited:`` ids), and the inherited run's name (None: none)."""
+    index = {r.id: r for r in run.records("index.jsonl")}
+    copy = run.inherited
+    if copy is None:
+        return index, None
+    index.update({qualify(r.id): r for r in copy.records("index.jsonl")})
+    return index, origin(run)
 
 
 def build_graph(run: Run) -> Graph:
     """The full provenance graph of a run's agent-written memory (no filter, no aggregation)."""
-    index = {r.id: r for r in run.records("index.jsonl")}
+    index, from_run = episode_index(run)
     nodes: dict[str, Node] = {}
     edges: list[Edge] = []
     last: dict[tuple[str, str], Node] = {}
@@ -247,7 +276,7 @@ def build_graph(run: Run) -> Graph:
             edges.append(Edge(node.id, prev.id, "revises"))
         rel = "disabled_because" if kw.get("disabled") and w.op == "disable" else "cites"
         for ep in dict.fromkeys(cites):
-            nodes.setdefault(ep, _episode_node(ep, index, w.step))
+            nodes.setdefault(ep, _episode_node(ep, index, w.step, from_run))
             edges.append(Edge(node.id, ep, rel, w.reason if rel == "disabled_because" else ""))
         return node
 
@@ -279,11 +308,11 @@ def build_graph(run: Run) -> Graph:
         else:
             label = f"{w.path.removeprefix('mine/')} · {w.op} · {w.reason}"[:120]
             add(w, kind, w.path, label, w.sources, ended=w.step if new is None else None)
-    _used_in(run, nodes, edges, index)
+    _used_in(run, nodes, edges, index, from_run)
     return Graph(list(nodes.values()), edges, problems)
 
 
-def _used_in(run: Run, nodes: dict[str, Node], edges: list[Edge], index: dict) -> None:
+def _used_in(run: Run, nodes: dict[str, Node], edges: list[Edge], index: dict, from_run: str | None) -> None:
     """``used_in`` edges: each turn call running a procedure, from the procedure version
     current at the turn's first step to the episode it ran in."""
     chains: dict[str, list[Node]] = {}
@@ -299,7 +328,7 @@ def _used_in(run: Run, nodes: dict[str, Node], edges: list[Edge], index: dict) -
             current = [n for n in chains.get(name, []) if n.step <= t.first_step]
             if not current or not isinstance(ep, str):
                 continue
-            nodes.setdefault(ep, _episode_node(ep, index, t.last_step))
+            nodes.setdefault(ep, _episode_node(ep, index, t.last_step, from_run))
             edges.append(Edge(current[-1].id, ep, "used_in", f"turn {t.turn}"))
 
 
@@ -429,7 +458,8 @@ class NodeDetail:
     """Unified diff from the file's previous version."""
     write: MemoryWrite | None = None
     episodes: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """Linked episodes: ``relation, id, first_step, last_step, summary, frames, image``."""
+    """Linked episodes: ``relation, id, from_run, first_step, last_step, summary, frames,
+    image`` (``from_run``: the run an inherited episode came from, whose steps these are)."""
     revisions: list[str] = field(default_factory=list)
     """Ids of every version of the same chain, in order."""
     cited_by: list[str] = field(default_factory=list)
@@ -445,12 +475,14 @@ def file_at(run: Run, path: str, seq: int) -> tuple[str | None, str | None, Memo
 
 
 def _episodes(run: Run, ids: list[tuple[str, str]]) -> pd.DataFrame:
-    cols = ["relation", "id", "first_step", "last_step", "summary", "frames", "image"]
+    cols = ["relation", "id", "from_run", "first_step", "last_step", "summary", "frames", "image"]
     rows = []
     for rel, ep in ids:
-        r = run.episode(ep)
-        rows.append({"relation": rel, "id": ep, "first_step": r.first_step if r else None,
-                     "last_step": r.last_step if r else None, "summary": r.summary if r else "(not in the index)",
+        where = locate(run, ep)
+        r = where.row
+        rows.append({"relation": rel, "id": ep, "from_run": where.origin or "",
+                     "first_step": r.first_step if r else None, "last_step": r.last_step if r else None,
+                     "summary": r.summary if r else "(not in the index)",
                      "frames": r.frames if r else 0, "image": r.image if r else None})
     return pd.DataFrame(rows, columns=cols)
 

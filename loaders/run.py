@@ -235,7 +235,17 @@ class Run:
         return EpisodeIndex(self.records("index.jsonl"))
 
     def episode(self, ep_id: str) -> IndexRow | None:
+        """The index row of one of the run's own episodes (None for an ``inherited:`` id: see
+        :func:`loaders.inherited.locate`)."""
         return self.index.get(ep_id)
+
+    @cached_property
+    def inherited(self) -> Run | None:
+        """The run whose memory this one inherited, opened from its copy in ``inherited/``
+        (:func:`loaders.inherited.copy_of`); None when it inherited nothing."""
+        from loaders.inherited import copy_of
+
+        return copy_of(self)
 
     def frame(self, step: int) -> np.ndarray:
         """The frame of env step ``step``; raises FrameError naming the file if unreadable."""

@@ -18,10 +18,11 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from loaders.inherited import inherited_from, inherited_id, locate, origin
 from loaders.run import Run
 from mfm.envs.crafter_env import LOCAL_ROWS, VIEW
 from mfm.memory.retrieval import FrameError, ends_in_strip
-from mfm.schema import EPISODE_ID, IndexRow
+from mfm.schema import EPISODE_REF, IndexRow
 
 MAX_POINTS = 50_000
 """The most points any one chart built from these views may hold."""
@@ -192,7 +193,8 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
     Columns: ``turn, life, step, tool, episode, target_step, text, results, args, result``.
     ``step`` is the turn's ``first_step`` (the agent decides before acting). For inspections
     ``episode`` is the inspected episode (``args.episode``/``id``/``episode_id``, the same in
-    ``result``, or an episode id inside ``args.path``) and ``target_step`` the inspected
+    ``result``, or an episode id inside ``args.path``; an inherited one keeps its
+    ``inherited:`` id) and ``target_step`` the inspected
     frame's step when the call names one (``args.step``; else the first frame in which
     ``result.found`` saw something; or ``args.frame`` as an index into
     the episode's frames, resolved later by :func:`inspections`). For searches ``text`` is
@@ -216,7 +218,7 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
             if ep is None and isinstance(args.get("path"), str):
                 found = EPISODE_IN_PATH.search(args["path"])
                 ep = found.group(0) if found else None
-            ep = ep if isinstance(ep, str) and EPISODE_ID.match(ep) else None
+            ep = ep if isinstance(ep, str) and EPISODE_REF.match(ep) else None
             tstep = _first(args, ("step", "frame_step"))
             seen = [f.get("step") for f in res.get("found") or [] if isinstance(f, dict)]
             seen = [v for v in seen if isinstance(v, int) and not isinstance(v, bool)]
@@ -235,32 +237,71 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
     return df
 
 
-def inspections(turns: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
+def inspections(turns: pd.DataFrame, episodes: pd.DataFrame, inherited: pd.DataFrame | None = None,
+                from_run: str | None = None) -> pd.DataFrame:
     """Every frame inspection with what the agent saw then and what it retrieved.
 
-    Columns: ``turn, life, step, episode, target_step, target_life, label``. ``step`` is the
-    step whose frame the agent had when it looked (in the turn's ``life``); ``target_step``
-    the retrieved frame's step, or missing when the inspection opened the episode's end
-    observation; ``target_life`` the inspected episode's life (pass both to :func:`frame_at`:
-    at a death step the two lives differ).
+    Columns: ``turn, life, step, episode, target_step, target_life, inherited, retrieved,
+    label`` (``retrieved``: the inspected episode and frame in words; ``label``: the whole
+    inspection in words).
+    ``step`` is the step whose frame the agent had when it looked (in the turn's ``life``);
+    ``target_step`` the retrieved frame's step, or missing when the inspection opened the
+    episode's end observation; ``target_life`` the inspected episode's life (pass both to
+    :func:`frame_at`: at a death step the two lives differ). ``inherited`` marks an inspection
+    of an ``inherited:`` episode: its target step and life are the earlier game's (looked up in
+    ``inherited``, the episodes table of the inherited run, named ``from_run``), and its frame
+    is read from that run's copy (:func:`frame_holder`), never from this run.
     """
     calls = tool_calls(turns, ("inspect",))
-    by_id = episodes.set_index("id") if len(episodes) else None
+    own = episodes.set_index("id") if len(episodes) else None
+    theirs = inherited.set_index("id") if inherited is not None and len(inherited) else None
     rows = []
     for r in calls.itertuples(index=False):
+        bare = inherited_id(r.episode)
+        by_id, ep = (theirs, bare) if bare is not None else (own, r.episode)
         target = None if pd.isna(r.target_step) else int(r.target_step)
-        known = by_id is not None and r.episode in by_id.index
+        known = by_id is not None and ep in by_id.index
         if target is None and r.frame_index is not None and not pd.isna(r.frame_index) and known:
-            target = int(by_id.loc[r.episode, "first_step"]) + 1 + int(r.frame_index)
-        what = r.episode or "?"
+            target = int(by_id.loc[ep, "first_step"]) + 1 + int(r.frame_index)
+        what = r.episode if isinstance(r.episode, str) else "?"
+        if bare is not None:
+            what += f" (from run {from_run or 'unknown'})"
         where = f"step {target}" if target is not None else "end observation"
-        life = by_id.loc[r.episode, "life"] if known and "life" in by_id.columns else None
+        if bare is not None:
+            where += " of that run"
+        life = by_id.loc[ep, "life"] if known and "life" in by_id.columns else None
         rows.append((r.turn, r.life, r.step, r.episode, target, None if life is None or pd.isna(life) else int(life),
+                     bare is not None, f"{what} · {where}",
                      f"turn {r.turn} (step {r.step}, life {r.life}) inspected {what} · {where}"))
-    df = pd.DataFrame(rows, columns=["turn", "life", "step", "episode", "target_step", "target_life", "label"])
+    df = pd.DataFrame(rows, columns=["turn", "life", "step", "episode", "target_step", "target_life", "inherited",
+                                     "retrieved", "label"])
     df["target_step"] = df["target_step"].astype("Int64")
     df["target_life"] = df["target_life"].astype("Int64")
+    df["inherited"] = df["inherited"].astype(bool)
     return df
+
+
+def run_inspections(run: Run) -> pd.DataFrame:
+    """:func:`inspections` of a run, inspections of inherited episodes looked up in the copy of
+    the run it inherited (``run.inherited``)."""
+    copy = run.inherited
+    return inspections(run.turns(), run.episodes(), copy.episodes() if copy is not None else None,
+                       origin(run) if copy is not None else None)
+
+
+def frame_holder(run: Run, episode: str | None, step: int | None = None, life: int | None = None
+                 ) -> tuple[Run, int | None, str | None, int | None]:
+    """Where a frame of episode ``episode`` is, as arguments of :func:`frame_for`: ``(run
+    holding it, step, episode, life)``, the episode kept only when no ``step`` is named (its
+    end observation). An inherited episode's frames are in the copy of the inherited run,
+    under its own id there, and ``step``/``life`` count that run's. Raises FrameError for an
+    inherited episode the copy lacks."""
+    if episode is not None and inherited_id(episode) is not None:
+        ref = locate(run, episode)
+        if ref.holder is None:
+            raise FrameError(f"{run.name}: no inherited episode {episode} (the copy in inherited/ lacks it)")
+        return ref.holder, step, None if step is not None else ref.local_id, life
+    return run, step, None if step is not None else episode, life
 
 
 def _num(v: Any) -> float | None:
@@ -708,9 +749,11 @@ def visits_per_cell(runs: list[Run]) -> pd.DataFrame:
 def frame_for(run: Run, step: int | None = None, episode: str | None = None, life: int | None = None
               ) -> np.ndarray:
     """A frame of the run: the frame of env ``step`` as life ``life`` saw it (:func:`frame_at`;
-    None: the life that took the step), or the end observation of ``episode``.
+    None: the life that took the step), or the end observation of ``episode`` (an inherited
+    one's from the copy of its run, :func:`frame_holder`).
     Raises FrameError (missing/unreadable) or UnsafePath."""
     if episode is not None:
+        run, _, episode, _ = frame_holder(run, episode)
         ref = run.episode(episode)
         if ref is None:
             raise FrameError(f"{run.name}: no episode {episode}")
@@ -721,7 +764,9 @@ def frame_for(run: Run, step: int | None = None, episode: str | None = None, lif
 
 
 def frame_strip(run: Run, episode: str, max_frames: int = 32) -> list[tuple[int, np.ndarray]]:
-    """Up to ``max_frames`` of an episode's per-step frames, evenly spaced: ``[(step, frame)]``."""
+    """Up to ``max_frames`` of an episode's per-step frames, evenly spaced: ``[(step, frame)]``;
+    an inherited episode's from the copy of its run, at that run's steps (:func:`frame_holder`)."""
+    run, _, episode, _ = frame_holder(run, episode)
     ref = run.episode(episode)
     if ref is None:
         raise FrameError(f"{run.name}: no episode {episode}")
@@ -816,7 +861,8 @@ def problems_table(run: Run) -> pd.DataFrame:
 
 
 def runs_overview(runs: list[Run], root: Path, check: bool = True) -> pd.DataFrame:
-    """One row per run for the Runs page, keyed by its path relative to ``root``.
+    """One row per run for the Runs page, keyed by its path relative to ``root``;
+    ``inherited`` names the run whose memory it inherited ("" for none).
 
     With ``check`` every run's tables are read (once per change of its files) so that
     ``problems`` is counted; without it only manifests and line counts are read, and
@@ -836,10 +882,11 @@ def runs_overview(runs: list[Run], root: Path, check: bool = True) -> pd.DataFra
             "milestones_reached": s["milestones"], "milestones_total": s["milestones_total"],
             "status": s["status"], "episodes": s["episodes"],
             "problems": len(r.problems) if check or r.loaded else None,
+            "inherited": str((inherited_from(r) or {}).get("run") or ""),
         })
     return pd.DataFrame(rows, columns=["key", "task", "method", "ablations", "seed", "steps", "budget", "lives",
                                        "deaths", "milestones", "milestones_reached", "milestones_total", "status",
-                                       "episodes", "problems"])
+                                       "episodes", "problems", "inherited"])
 
 
 def milestone_steps(runs: list[Run], root: Path) -> pd.DataFrame:

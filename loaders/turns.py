@@ -19,6 +19,7 @@ import pandas as pd
 
 from loaders import run_pages
 from loaders.frame_compare import tile_of_cell
+from loaders.inherited import is_inherited, locate, origin
 from loaders.paper_measures import RADIUS, inspected
 from loaders.run import Run
 from mfm.memory.agent_memory import replay
@@ -85,7 +86,9 @@ class CallView:
     """One tool call of the turn, with what its kind needs to be shown.
 
     search: ``query`` (its arguments) and ``ids`` (the episodes returned); inspect:
-    ``episode``, ``frames`` (the decoded frames and their finds) and ``finds``; write and
+    ``episode``, ``frames`` (the decoded frames and their finds) and ``finds``; ``origin``:
+    the run the inherited episodes among them came from (its steps, positions and frames are
+    that run's, read from its copy: :func:`loaders.run_pages.frame_holder`); write and
     consolidate: ``writes`` (the logged writes it made) and, for consolidate, ``added``,
     ``revised``, ``removed``; model: ``request`` (see :func:`loaders.run_pages.model_calls`)."""
 
@@ -96,6 +99,7 @@ class CallView:
     query: dict = field(default_factory=dict)
     ids: tuple[str, ...] = ()
     episode: str | None = None
+    origin: str | None = None
     frames: tuple[InspectedFrame, ...] = ()
     finds: tuple[Find, ...] = ()
     writes: tuple[WriteView, ...] = ()
@@ -104,13 +108,25 @@ class CallView:
     removed: tuple[str, ...] = ()
     request: dict | None = None
 
+    @property
+    def inherited_ids(self) -> tuple[str, ...]:
+        """The inherited episodes among those a search returned (of the run :attr:`origin`)."""
+        return tuple(e for e in self.ids if is_inherited(e))
+
+    @property
+    def episode_label(self) -> str:
+        """The inspected episode as shown: an inherited one names the run it came from."""
+        ep = self.episode or "?"
+        return f"{ep} (from run {self.origin})" if self.origin else ep
+
 
 @dataclass(frozen=True)
 class TargetView:
     """A go_to/look_at target: ``in_plan`` as recorded; ``new`` when absent from the plan
     (a retarget); ``near``: the nearest inspected episode whose recorded position lies within
     ``RADIUS`` cells (None: none), ``distance`` to the nearest inspected episode; ``seen_in``:
-    the inspected episodes whose decoded tiles include the target cell."""
+    the inspected episodes whose decoded tiles include the target cell. Episodes are named as
+    shown (an inherited one with the run it came from, :attr:`CallView.episode_label`)."""
 
     kind: str
     x: float
@@ -360,19 +376,23 @@ def _calls(run: Run, t: TurnRow, writes: list[WriteView]) -> tuple[tuple[CallVie
         args = c.get("args") if isinstance(c.get("args"), dict) else {}
         kw: dict[str, Any] = {}
         if tool == "search":
-            ids = res.get("ids") or res.get("episodes") or res.get("results") or []
-            kw = {"query": args, "ids": tuple(str(x) for x in ids if isinstance(x, str))}
+            ids = tuple(str(x) for x in res.get("ids") or res.get("episodes") or res.get("results") or []
+                        if isinstance(x, str))
+            kw = {"query": args, "ids": ids, "origin": origin(run) if any(map(is_inherited, ids)) else None}
         elif tool == "inspect":
             ep = args.get("episode") or args.get("id")
-            ref = run.episode(str(ep)) if ep else None
-            finds, frames = _finds(run, ref, list(res.get("found") or []))
+            where = locate(run, str(ep)) if ep else None
+            ref = where.row if where is not None else None
+            holder = where.holder if where is not None and where.holder is not None else run
+            finds, frames = _finds(holder, ref, list(res.get("found") or []))
             looked = inspected_steps(ref, _int(args.get("frames")), _int(args.get("stride"))) if ref else []
             seen = {f.step for f in frames}
-            pos_of = {s: position(run, s, ref.life) for s in looked if s not in seen} if ref else {}
+            pos_of = {s: position(holder, s, ref.life) for s in looked if s not in seen} if ref else {}
             frames = tuple(sorted(frames + tuple(
                 InspectedFrame(s, (int(p[0]), int(p[1])) if p else None, ()) for s, p in pos_of.items()),
                 key=lambda f: f.step))
-            kw = {"episode": str(ep) if ep else None, "finds": finds, "frames": frames}
+            kw = {"episode": str(ep) if ep else None, "origin": where.origin if where is not None else None,
+                  "finds": finds, "frames": frames}
         elif tool in ("consolidate", "write"):
             if tool == "consolidate":
                 mine = [w for w in writes if w.seq not in claimed]
@@ -385,16 +405,18 @@ def _calls(run: Run, t: TurnRow, writes: list[WriteView]) -> tuple[tuple[CallVie
 
 
 def _targets(run: Run, t: TurnRow, calls: tuple[CallView, ...], radius: float) -> tuple[TargetView, ...]:
-    looked = [run.episode(e) for e in inspected(t)]
-    looked = [r for r in looked if r is not None and r.x is not None and r.y is not None]
+    """The turn's targets against the inspected episodes' recorded positions (an inherited
+    episode's from the copy of its run, named with that run: the same world)."""
+    looked = [locate(run, e) for e in inspected(t)]
+    looked = [(e.label, e.row) for e in looked if e.row is not None and e.row.x is not None and e.row.y is not None]
     out = []
     for g in t.targets:
         try:
             x, y = float(g["x"]), float(g["y"])
         except (KeyError, TypeError, ValueError):
             continue
-        dists = sorted((math.hypot(x - float(r.x), y - float(r.y)), r.id) for r in looked)
-        seen = tuple(dict.fromkeys(c.episode for c in calls if c.tool == "inspect" and c.episode and any(
+        dists = sorted((math.hypot(x - float(r.x), y - float(r.y)), label) for label, r in looked)
+        seen = tuple(dict.fromkeys(c.episode_label for c in calls if c.tool == "inspect" and c.episode and any(
             (f.x, f.y) == (x, y) for f in c.finds)))
         near = dists[0][1] if dists and dists[0][0] <= radius else None
         out.append(TargetView(str(g.get("kind", "?")), x, y, bool(g.get("in_plan", False)),

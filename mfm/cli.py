@@ -166,6 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mfm.agent.config import LLMConfig
     from mfm.agent.llm import LLMUnavailable
     from mfm.memory.appendlog import WriteError
+    from mfm.memory.inheritance import InheritError
 
     try:
         llm = None
@@ -178,7 +179,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = RunConfig(task=args.task, method=args.method, seed=args.seed, steps=args.steps,
                            out=Path(args.out or "runs/run"), ablations=tuple(args.ablation or ()),
                            fixed_clock=args.fixed_clock, consolidate_every=args.consolidate_every, llm=llm,
-                           perception=args.perception, area=args.area)
+                           perception=args.perception, area=args.area,
+                           inherit=Path(args.inherit) if args.inherit else None)
     except ValueError as e:
         print(f"mfm run: {e}", file=sys.stderr)
         return 2
@@ -199,7 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     argv = ["mfm", *sys.argv[1:]] if args.command_argv is None else args.command_argv
     try:
         runner = Runner(config, command=command_line(argv), progress=not args.quiet)
-    except LLMUnavailable as e:
+    except (LLMUnavailable, InheritError) as e:
         print(f"mfm run: {e}", file=sys.stderr)
         return 2
     except WriteError as e:
@@ -311,7 +313,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         seeds = _screened(args.task, seeds, args.area)
     jobs = plan(args.task, methods, seeds, args.out.rstrip("/") if is_url(args.out) else Path(args.out), args.steps,
                 ablations=ablations,
-                fixed_clock=args.fixed_clock, area=args.area)
+                fixed_clock=args.fixed_clock, area=args.area, inherit=args.inherit)
     if args.backend == "ray":
         from mfm.sweep_ray import RayBackend
 
@@ -466,6 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "rendered frame, decoded (recorded in run.json as config.perception)")
     r.add_argument("--area", type=int, default=None,
                    help="the world's side in tiles (default: 64; run folders get _aN)")
+    r.add_argument("--inherit", default=None, metavar="RUN",
+                   help="start with the memory of RUN, a run that ended in the same world (a new game in a "
+                        "known world: RUN is copied into the new run's inherited/; folders get _from-RUN)")
     r.set_defaults(func=cmd_run, command_argv=None)
 
     w = sub.add_parser("sweep", help="run methods x seeds (and mfm ablations) in parallel processes")
@@ -489,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--area", type=int, default=None, help="the world's side in tiles (default: 64)")
     w.add_argument("--screen", action="store_true",
                    help="reach tasks: drop seeds whose world lacks a reachable target or tech tree, and say why")
+    w.add_argument("--inherit", default=None, metavar="RUN",
+                   help="each run starts with the memory of RUN ({seed} is replaced by the run's seed), "
+                        "e.g. runs/diamond_mfm_s{seed}; folders get _from-RUN")
     w.set_defaults(func=cmd_sweep)
 
     t = sub.add_parser("results", help="print the comparison tables of the runs under a folder")

@@ -29,6 +29,11 @@ none and read as before."""
 SCHEMA_MAJOR, SCHEMA_MINOR = (int(p) for p in SCHEMA_VERSION.split("."))
 
 EPISODE_ID = re.compile(r"^ep_\d{6,}$")
+INHERITED = "inherited"
+"""A run's copy of the run whose memory it inherited (``RUN/inherited/``), and the prefix of
+the ids of that run's episodes (``inherited:ep_000018``) where the new run refers to them."""
+EPISODE_REF = re.compile(rf"^(?:{INHERITED}:)?ep_\d{{6,}}$")
+"""An episode a source may name: one of the run's own, or of the run it inherited."""
 MAX_LINE_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64
 """No JSON value in a run nests deeper than this many arrays and objects (records nest 4 deep
@@ -412,7 +417,7 @@ class MemoryWrite(Record):
         if self.diff is None and self.snapshot is None and self.op != "delete":
             raise SchemaError("a write needs a diff or a snapshot")
         for s in self.sources:
-            if not EPISODE_ID.match(s):
+            if not EPISODE_REF.match(s):
                 raise SchemaError(f"source {s!r} is not an episode id")
 
 

@@ -44,6 +44,8 @@ class Job:
     ablations: tuple[str, ...] = ()
     fixed_clock: bool = True
     area: int | None = None
+    inherit: str | None = None
+    """The run whose memory this run starts with (``mfm run --inherit``)."""
 
     @property
     def remote(self) -> bool:
@@ -77,27 +79,34 @@ class Job:
             cmd.append("--fixed-clock")
         if self.area is not None:
             cmd += ["--area", str(self.area)]
+        if self.inherit is not None:
+            cmd += ["--inherit", self.inherit]
         return cmd + list(self.extra)
 
 
-def job_name(task: str, method: str, seed: int, ablations: tuple[str, ...] = (), area: int | None = None) -> str:
-    """The run folder name: ``task_method[-ablation...]_sSEED[_aN]`` (as ``RunConfig.run_name``)."""
-    return f"{task}_{'-'.join([method, *ablations])}_s{seed}" + ("" if area is None else f"_a{area}")
+def job_name(task: str, method: str, seed: int, ablations: tuple[str, ...] = (), area: int | None = None,
+             inherit: str | None = None) -> str:
+    """The run folder name: ``task_method[-ablation...]_sSEED[_aN][_from-RUN]`` (as
+    ``RunConfig.run_name``)."""
+    return (f"{task}_{'-'.join([method, *ablations])}_s{seed}" + ("" if area is None else f"_a{area}")
+            + ("" if inherit is None else f"_from-{Path(inherit).name}"))
 
 
 def plan(task: str, methods: list[str], seeds: list[int], out: Path | str, steps: int | None = None,
          extra: tuple[str, ...] = (), ablations: list[str] | tuple[str, ...] = (),
-         fixed_clock: bool = True, area: int | None = None) -> list[Job]:
+         fixed_clock: bool = True, area: int | None = None, inherit: str | None = None) -> list[Job]:
     """Every (method, seed) job, then every (mfm + one ablation, seed) job, in a stable order
-    (seeds interleaved, so that a partial sweep has every method on the first seeds)."""
+    (seeds interleaved, so that a partial sweep has every method on the first seeds).
+    ``inherit``: the run each job inherits memory from, ``{seed}`` replaced by the job's seed."""
     def at(name: str) -> Path | str:
         return join(out, name) if isinstance(out, str) else out / name
 
-    jobs = [Job(task, m, s, at(job_name(task, m, s, area=area)), steps, extra, (), fixed_clock, area)
-            for s in seeds for m in methods]
-    jobs += [Job(task, "mfm", s, at(job_name(task, "mfm", s, (a,), area)), steps, extra, (a,), fixed_clock, area)
-             for s in seeds for a in ablations]
-    return jobs
+    def job(method: str, s: int, abl: tuple[str, ...]) -> Job:
+        src = None if inherit is None else inherit.format(seed=s)
+        return Job(task, method, s, at(job_name(task, method, s, abl, area, src)), steps, extra, abl, fixed_clock,
+                   area, src)
+
+    return [job(m, s, ()) for s in seeds for m in methods] + [job("mfm", s, (a,)) for s in seeds for a in ablations]
 
 
 def state(job: Job) -> tuple[str, int, int]:

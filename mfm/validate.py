@@ -7,6 +7,7 @@ dashboard and ``mfm validate`` report the same problems for the same files. Pure
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ import numpy as np
 from mfm.boundary import UnsafePath, inside
 from mfm.memory.agent_memory import replay
 from mfm.memory.retrieval import FrameError, check_end_frame, decode_png, ends_in_strip
-from mfm.schema import (FRAMES_PER_CHUNK, LOGS, MANIFEST, TABLES, IndexRow, Problem, RunManifest,
+from mfm.schema import (FRAMES_PER_CHUNK, INHERITED, LOGS, MANIFEST, TABLES, IndexRow, Problem, RunManifest,
                         SeenRow, StepRow, frame_chunk, read_manifest, read_table)
 
 
@@ -161,6 +162,39 @@ def _check_memory_history(c: RunContents) -> None:
             c.problems.append(Problem("memory_writes.jsonl", n,
                                       f"{w.path}: version {w.seq} cannot be rebuilt ({reason})"))
         broken.add(w.path)
+    _check_inherited_sources(c)
+
+
+def _check_inherited_sources(c: RunContents) -> None:
+    """Sources naming an inherited episode (``inherited:ep_…``) need the run's copy of the
+    inherited run (``inherited/``, an error without it) and an episode of that name in the
+    copy's index (a warning: the provenance link is dangling). One problem per episode."""
+    named = [(n, s) for n, w in zip(c.lines["memory_writes.jsonl"], c.tables["memory_writes.jsonl"])
+             for s in w.sources if s.startswith(f"{INHERITED}:")]
+    if not named:
+        return
+    try:
+        index = inside(c.dir, f"{INHERITED}/index.jsonl")
+    except UnsafePath:
+        index = None
+    if index is None or not index.is_file():
+        n, s = named[0]
+        c.problems.append(Problem("memory_writes.jsonl", n, f"source {s} names an inherited episode, but the run "
+                                                            f"has no {INHERITED}/index.jsonl inside it"))
+        return
+    known = set()
+    with open(index, "rb") as f:
+        for line in f:
+            try:
+                known.add(json.loads(line).get("id"))
+            except (ValueError, AttributeError):
+                continue
+    reported = set()
+    for n, s in named:
+        if s.split(":", 1)[1] not in known and s not in reported:
+            reported.add(s)
+            c.problems.append(Problem("memory_writes.jsonl", n, f"source {s} is not in {INHERITED}/index.jsonl",
+                                      "warning"))
 
 
 def _check_seen(c: RunContents) -> None:

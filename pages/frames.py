@@ -9,9 +9,10 @@ import streamlit as st
 from PIL import Image
 
 from dashboard import charts, ui
-from dashboard.core import MAX_FRAMES, FrameRef, format_frame_refs, format_region, parse_cell, parse_frame_refs, \
-    parse_region, resolve_run_key
+from dashboard.core import MAX_FRAMES, FrameRef, copy_key, format_frame_refs, format_region, parse_cell, \
+    parse_frame_refs, parse_region, resolve_run_key
 from loaders import frame_compare, run_pages
+from loaders.inherited import inherited_id
 from loaders.turns import frame_position
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError, compare, crop, enlarge
@@ -97,8 +98,14 @@ with tab_insp:
         i = st.selectbox("Inspection event", range(len(ins)), format_func=lambda k: ins.iloc[k]["label"],
                          key="w_insp")
         row = ins.iloc[i]
-        target = FrameRef(key, step=int(row["target_step"])) if not pd.isna(row["target_step"]) else \
-            FrameRef(key, episode=row["episode"])
+        if row["inherited"]:
+            src, ep = copy_key(key), inherited_id(row["episode"])
+            st.caption(f"{ui.md(row['retrieved'])}: a frame of the run whose memory {ui.md_code(key)} inherited, "
+                       f"read from its copy {ui.md_code(src)}.")
+        else:
+            src, ep = key, row["episode"]
+        target = FrameRef(src, step=int(row["target_step"])) if not pd.isna(row["target_step"]) else \
+            FrameRef(src, episode=ep)
         st.button("Compare the retrieved frame with the frame the agent had", key="use_insp", on_click=_set,
                   args=([target, FrameRef(key, step=int(row["step"]))],))
 with tab_place:

@@ -15,6 +15,7 @@ from dashboard import safe_text, ui
 from dashboard.core import clamp_range, format_range
 from loaders import analysis_pages as ap
 from loaders import run_pages
+from loaders.inherited import episode_label, is_inherited
 
 
 _, focus = ui.sidebar(("file", "asof", "diff"))
@@ -85,11 +86,13 @@ with tab_prov:
                "*contradicted at* … *by*). Each line is attributed to the write that last set it.")
     for c in ("removed_at", "contradicted_at"):
         prov[c] = [("" if pd.isna(v) else str(int(v))) for v in prov[c]]
-    for c in ("contradiction", "now", "contradicted_by", "contradicting_sources", "turn"):
+    prov["turn"] = ["" if pd.isna(v) else str(int(v)) for v in prov["turn"]]
+    for c in ("contradiction", "now", "contradicted_by", "contradicting_sources"):
         prov[c] = prov[c].astype(object).where(prov[c].notna(), "")
-    base = {"runs": ui.qp("runs") or key, "run": key}
-    prov["episode"] = ["timeline?" + urlencode({**base, "ep": s.split(", ")[0]}) if s else None
-                       for s in prov["sources"]]
+    firsts = [(c or s).split(", ")[0] if c or s else None for c, s in zip(prov["cites"], prov["sources"])]
+    links = {e: ui.episode_link(key, run, e) for e in dict.fromkeys(firsts) if e}
+    links = {e: {"runs": ui.qp("runs") or key, "run": key, **p} for e, p in links.items() if p is not None}
+    prov["episode"] = [f"timeline?{urlencode(links[e])}#{e}" if e in links else None for e in firsts]
     st.dataframe(prov, hide_index=True, width="stretch", key="mem_prov",
                  column_config={"text": st.column_config.TextColumn("line", width="large"),
                                 "removed_at": st.column_config.TextColumn("removed at (step)"),
@@ -97,12 +100,20 @@ with tab_prov:
                                 "now": st.column_config.TextColumn("now says"),
                                 "contradicted_by": st.column_config.TextColumn("contradicted by (write)"),
                                 "contradicting_sources": st.column_config.TextColumn("its episodes"),
-                                "episode": st.column_config.LinkColumn("first source", display_text=r"ep=(ep_\d+)")})
-    srcs = list(dict.fromkeys(s for v in prov["sources"] for s in v.split(", ") if s)) if len(prov) else []
+                                "cites": st.column_config.TextColumn("cites", help="The episodes the line names "
+                                                                     "itself (sources: all of its write's)"),
+                                "episode": st.column_config.LinkColumn("first source", display_text=r"#(.+)$")})
+    srcs = list(dict.fromkeys(s for v in [*prov["cites"], *prov["sources"]] for s in v.split(", ") if s)) \
+        if len(prov) else []
     if srcs:
-        pick = st.selectbox("Source episode", srcs, key="w_mem_src")
-        st.page_link(ui.pages()["timeline"], label=f"Open {ui.md(pick)} in Timeline", icon=":material/view_timeline:",
-                     query_params=ui.link_params(ep=pick))
+        pick = st.selectbox("Source episode", srcs, key="w_mem_src", format_func=lambda e: episode_label(run, e))
+        there = ui.episode_link(key, run, pick)
+        if there is None:
+            st.caption(f"{ui.md(episode_label(run, pick))} is in no index this run can read.")
+        else:
+            st.page_link(ui.pages()["timeline"], label=f"Open {ui.md(pick)} in Timeline"
+                         + (" (in the copy of the run it came from)" if is_inherited(pick) else ""),
+                         icon=":material/view_timeline:", query_params=there)
     mine = versions[versions["step"] <= asof].astype({"turn": object})
     mine["turn"] = ["" if pd.isna(t) else str(t) for t in mine["turn"]]
     if len(mine):

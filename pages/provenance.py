@@ -124,10 +124,12 @@ st.subheader(ui.md(f"{n.kind}: {n.label[:160]}"))
 
 
 def _frames(eps: pd.DataFrame) -> None:
-    """Frame strips of the first linked episodes, and links to Timeline and Frames."""
+    """Frame strips of the first linked episodes, and links to Timeline and Frames (an inherited
+    episode's from the copy of the run it came from)."""
     for r in eps.head(STRIPS).itertuples():
-        st.markdown(f"**{ui.md(r.relation.replace('_', ' '))} {ui.md(r.id)}** · "
-                    f"steps {r.first_step}–{r.last_step} · {ui.md(r.summary)}")
+        shown = f"{r.id} (from run {r.from_run})" if r.from_run else r.id
+        st.markdown(f"**{ui.md(r.relation.replace('_', ' '))} {ui.md(shown)}** · "
+                    f"steps {r.first_step}–{r.last_step}{' of that run' if r.from_run else ''} · {ui.md(r.summary)}")
         if r.frames:
             try:
                 strip = run_pages.frame_strip(run, r.id, max_frames=8)
@@ -137,11 +139,15 @@ def _frames(eps: pd.DataFrame) -> None:
                 st.error(f"Frames of {ui.md(r.id)} cannot be shown: {ui.md(e)}")
         elif r.image:
             st.caption("No per-step frames; the end observation is in Timeline.")
+        timeline, frames = ui.episode_link(key, run, r.id), ui.episode_frames_ref(key, run, r.id)
+        if timeline is None or frames is None:
+            st.caption(f"{ui.md(shown)} is in no index this run can read: no link to it.")
+            continue
         c1, c2 = st.columns(2)
         c1.page_link(ui.pages()["timeline"], label=f"{ui.md(r.id)} in Timeline", icon=":material/view_timeline:",
-                     query_params=ui.link_params(ep=r.id))
+                     query_params=timeline)
         c2.page_link(ui.pages()["frames"], label=f"{ui.md(r.id)} in Frames", icon=":material/compare:",
-                     query_params=ui.link_params(frames=f"{key}:{r.id}"))
+                     query_params=ui.link_params(frames=frames))
     if len(eps) > STRIPS:
         st.caption(f"Frame strips of the first {STRIPS} of {len(eps)} linked episodes; the table lists all.")
 

@@ -5,12 +5,13 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, figures, ui
-from dashboard.core import parse_int
+from dashboard.core import copy_key, parse_int
 from loaders import analysis_pages as ap
 from loaders import chart_data
 from loaders import run_pages
 from loaders import turns as tv
 from loaders.paper_measures import RADIUS
+from loaders.run import Run
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
@@ -69,7 +70,8 @@ st.dataframe(shown.assign(nearest=["n/a" if v is None or pd.isna(v) else f"{v:g}
                           near=[v or "n/a" for v in shown["near"]]),
              hide_index=True, width="stretch", height=min(360, 40 + 35 * len(shown)), key="rt_table",
              column_config={"near": st.column_config.TextColumn("near / new", help=f"≤ {RADIUS:g} cells; n/a: "
-                                                                "the turn inspected no episode"),
+                                                                "the turn inspected no episode of this run "
+                                                                "(inherited episodes are not counted)"),
                             "nearest": st.column_config.TextColumn("nearest (cells)")})
 choices = [int(t) for t in shown["turn"]]
 if not choices:
@@ -130,7 +132,8 @@ with right:
                                         audit.radius),
                     width="stretch", key="rt_map")
     st.caption(f"Agent (black) when the turn began; inspected episodes' recorded positions (numbered diamonds; "
-               f"episodes within {charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle; new targets "
+               f"episodes within {charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle (none around "
+               "an inherited episode: its position is the earlier game's, and §A.4 does not count it); new targets "
                "(×, red when near).")
     groups = charts.label_groups([(float(i["x"]), float(i["y"]), str(i["episode"])) for i in audit.inspections
                                   if i.get("x") is not None])
@@ -142,19 +145,28 @@ with right:
 st.markdown("**Frames: what the agent had, beside what it inspected**")
 insp = ui.inspections(run)
 insp = insp[insp["turn"] == turn] if len(insp) else insp
-refs: list[tuple[str, int | None, str | None]] = [(f"had · {sf.label}", sf.step, sf.episode)
-                                                  for sf in tv.start_frames(run, t.first_step, t.life)]
+refs: list[tuple[str, str, Run | None, int | None, str | None, int | None]] = [
+    (f"had · {sf.label}", key, run, sf.step, sf.episode, None) for sf in tv.start_frames(run, t.first_step, t.life)]
 for r in insp.head(3).itertuples():
     target = None if pd.isna(r.target_step) else int(r.target_step)
-    refs.append((f"inspected {r.episode}" + (f" · step {target}" if target is not None else " · end"),
-                 target, None if target is not None else r.episode))
-cols = st.columns(max(1, len(refs)))
-for col, (caption, step, ep) in zip(cols, refs):
+    life = None if pd.isna(r.target_life) else int(r.target_life)
+    caption = f"inspected {r.retrieved}"
     try:
-        img = ui.frame(run, step=step, episode=ep)
+        holder, step, ep, life = run_pages.frame_holder(run, r.episode, target, life)
+        refs.append((caption, copy_key(key) if r.inherited else key, holder, step, ep, life))
+    except FrameError as e:
+        refs.append((f"{caption}: {e}", key, None, None, None, None))
+cols = st.columns(max(1, len(refs)))
+for col, (caption, _, holder, step, ep, life) in zip(cols, refs):
+    if holder is None:
+        col.warning(ui.md(caption))
+        continue
+    try:
+        img = ui.frame(holder, step=step, episode=ep, life=life)
         col.image(run_pages.upscale(img), caption=ui.md(caption), output_format="PNG")
     except (FrameError, UnsafePath, KeyError) as e:
         col.warning(f"{ui.md(caption)}: {ui.md(e)}")
-frames_q = ",".join(f"{key}:{ep if ep else step}" for _, step, ep in refs)
-st.page_link(ui.pages()["frames"], label="Compare these frames in Frames", icon=":material/compare:",
-             query_params=ui.link_params(frames=frames_q))
+frames_q = ",".join(f"{k}:{ep if ep else step}" for _, k, holder, step, ep, _ in refs if holder is not None)
+if frames_q:
+    st.page_link(ui.pages()["frames"], label="Compare these frames in Frames", icon=":material/compare:",
+                 query_params=ui.link_params(frames=frames_q))

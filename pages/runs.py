@@ -58,15 +58,19 @@ def _table() -> None:
                       seed=[_blank(v, "unknown") for v in ov["seed"]],
                       problems=[_blank(v, "not checked") for v in ov["problems"]],
                       steps=[_steps(s, b) for s, b in zip(ov["steps"], ov["budget"])])
+    cols = ["key", "task", "method", "ablations", "seed", "steps", "lives", "deaths", "milestones", "progress",
+            "status", "problems", "episodes"]
     st.dataframe(
-        table[["key", "task", "method", "ablations", "seed", "steps", "lives", "deaths", "milestones", "progress",
-               "status", "problems", "episodes"]],
+        table[cols[:4] + ["inherited"] + cols[4:] if (table["inherited"] != "").any() else cols],
         hide_index=True, width="stretch",
         column_config={
             "key": st.column_config.TextColumn("run", help="Folder relative to the runs root", width="medium"),
             "task": st.column_config.TextColumn("task", width="small"),
             "method": st.column_config.TextColumn("method", width="small"),
             "ablations": st.column_config.TextColumn("ablations", width="small"),
+            "inherited": st.column_config.TextColumn("inherited memory of", width="small",
+                                                     help="The run whose memory this run started with (mfm run "
+                                                          "--inherit); its copy is the run's inherited/ folder"),
             "steps": st.column_config.TextColumn("steps / budget", help="Env steps taken (last step) of the step "
                                                  "budget", width="small"),
             "milestones": st.column_config.TextColumn("milestones", help="Reached of the task's total", width="small"),
@@ -97,7 +101,8 @@ def _focus(picked: list[str]) -> dict[str, str | None]:
 
 def _label(k: str) -> str:
     row = overview[overview["key"] == k].iloc[0]
-    return f"{k} — {row['method']} · {row['task']} · seed {_blank(row['seed'], '?')} · {row['milestones']}"
+    return (f"{k} — {row['method']} · {row['task']} · seed {_blank(row['seed'], '?')} · {row['milestones']}"
+            + (f" · inherited memory of {row['inherited']}" if row["inherited"] else ""))
 
 
 st.multiselect("Open runs", keys, format_func=_label,

@@ -8,6 +8,7 @@ from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.theme import STATUS_LABELS
 from dashboard.scrubber import frame_scrubber
 from loaders import run_pages
+from loaders.inherited import episode_label, is_inherited
 from loaders.scrubber import episode_scrub
 from mfm.boundary import UnsafePath
 from mfm.schema import IndexRow
@@ -46,7 +47,15 @@ lo, hi = st.session_state["w_range"]
 color_by = "outcome" if st.session_state["w_color"] == "outcome" else "action_kind"
 
 ep_id = ui.qp("ep")
-if ep_id and run.episode(ep_id) is None:
+if ep_id and is_inherited(ep_id):
+    there = ui.episode_link(key, run, ep_id)
+    st.info(f"{ui.md(episode_label(run, ep_id), 160)} is an episode of the run whose memory {ui.md_code(key)} "
+            "inherited, not of this game" + ("." if there else "; its copy in `inherited/` does not hold it."))
+    if there:
+        st.page_link(ui.pages()["timeline"], label=f"Open {ui.md(ep_id, 80)} in the copy of that run",
+                     icon=":material/view_timeline:", query_params=there)
+    ep_id = None
+elif ep_id and run.episode(ep_id) is None:
     st.warning(f"Episode {ui.md(repr(ep_id), 80)} from the URL is not in this run.")
     ep_id = None
 step = parse_int(ui.qp("step"))

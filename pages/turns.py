@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import ui
-from dashboard.core import parse_int
+from dashboard.core import copy_key, parse_int
 from dashboard.scrubber import frame_scrubber
 from loaders import turns as tv
 from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, outline_groups
@@ -122,10 +122,11 @@ st.markdown(f"### Tool calls ({len(v.calls)})")
 
 
 def _thumbs(ids: tuple[str, ...]) -> None:
+    """End observations of the episodes a search returned (an inherited one's from the copy of its run)."""
     imgs, caps, missing = [], [], []
     for e in ids:
         try:
-            imgs.append(upscale(_frame(episode=e), 96))
+            imgs.append(upscale(ui.episode_frame(run, e), 96))
             caps.append(ui.md(e))
         except (FrameError, UnsafePath, KeyError):
             missing.append(e)
@@ -149,21 +150,26 @@ for c in v.calls:
     title = f"{c.index + 1}. {c.tool}"
     if c.tool == "search":
         with st.container(border=True):
-            st.markdown(f"**{ui.md(title)}** · {len(c.ids)} episode(s) returned")
+            theirs = len(c.inherited_ids)
+            st.markdown(f"**{ui.md(title)}** · {len(c.ids)} episode(s) returned"
+                        + (f", {theirs} of them inherited from run {ui.md(c.origin)}" if theirs else ""))
             st.code(json.dumps(c.query, sort_keys=True), language="json")
             _thumbs(c.ids)
     elif c.tool == "inspect":
         found = sorted({f"{f.name} ({f.x}, {f.y})" for f in c.finds})
         on_target = sorted({f"{f.name} ({f.x}, {f.y})" for f in c.finds if (f.x, f.y) in target_cells})
-        label = (f"{title} {c.episode or '?'} · {len(c.frames)} frame(s) decoded · {len(c.finds)} find(s)"
+        label = (f"{title} {c.episode_label} · {len(c.frames)} frame(s) decoded · {len(c.finds)} find(s)"
                  + (f" · saw the target: {', '.join(on_target)}" if on_target else ""))
         with st.expander(ui.md(label), expanded=bool(on_target)):
             imgs, caps = [], []
             shown_frames = [fr for fr in c.frames if fr.finds or len(c.frames) <= 8]
             quiet = [fr.step for fr in c.frames if fr not in shown_frames]
+            if c.origin:
+                st.caption(f"Steps, positions and frames of the run {ui.md(c.origin)}, read from its copy "
+                           f"({ui.md_code(copy_key(key))}).")
             for fr in shown_frames:
                 try:
-                    img = _frame(fr.step)
+                    img = ui.episode_frame(run, c.episode, step=fr.step) if c.episode else _frame(fr.step)
                 except (FrameError, UnsafePath) as e:
                     st.caption(f"step {fr.step}: {ui.md(e)}")
                     continue

@@ -349,3 +349,21 @@ def test_a_larger_world_is_played_and_recorded_at_its_size(tmp_path: Path) -> No
     assert max(max(c) for c in cells) >= 64
     result = validate(out)
     assert not result.errors and not [q for q in result.problems if "outside" in q.message]
+
+
+@pytest.mark.parametrize("step, source, life, source_life", [
+    (50, "ep_000001", 0, 0),        # before any death, from the first life
+    (400, "ep_000001", 1, 0),       # after the respawn at 300: an earlier life's episode
+    (300, "ep_000009", 1, 1),       # the respawn's own step counts as the new life
+    (900, "ep_000020", 2, None),    # a source the index does not hold
+    (900, "inherited:ep_000001", 2, None),  # an inherited game's episode has no life here
+])
+def test_a_recall_knows_its_life_and_the_life_that_showed_the_place(step: int, source: str, life: int,
+                                                                    source_life: int | None) -> None:
+    from types import SimpleNamespace
+
+    from loaders.paper_measures import recall_lives
+
+    index = [SimpleNamespace(id="ep_000001", life=0), SimpleNamespace(id="ep_000009", life=1)]
+    out = recall_lives([{"name": "diamond", "step": step, "source": source}], index, [300, 700])
+    assert out == [{"name": "diamond", "step": step, "source": source, "life": life, "source_life": source_life}]

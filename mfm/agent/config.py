@@ -77,6 +77,8 @@ class RunConfig:
     regenerated. ``consolidate_every`` is the number of episodes between consolidations.
     ``perception`` (one of :data:`PERCEPTIONS`) is where the live view and daylight come from.
     ``area``: the world's side in tiles (None: the rules' 64; crafter's worlds are square here).
+    ``inherit``: a run that ended in the same world, whose memory this run starts with
+    (:mod:`mfm.memory.inheritance`; a new game in a known world).
     """
 
     task: str = "diamond"
@@ -96,6 +98,7 @@ class RunConfig:
     llm: LLMConfig | None = None
     perception: str = "map"
     area: int | None = None
+    inherit: Path | None = None
 
     def __post_init__(self) -> None:
         if self.perception not in PERCEPTIONS:
@@ -116,6 +119,8 @@ class RunConfig:
             raise ValueError("consolidate_every must be at least 1")
         if self.area is not None and not MIN_AREA <= self.area <= MAX_AREA:
             raise ValueError(f"area must be {MIN_AREA} to {MAX_AREA} tiles, got {self.area}")
+        if self.inherit is not None and not self.mode.notes:
+            raise ValueError(f"method {self.method!r} keeps no memory, so it cannot inherit any")
 
     @property
     def budget(self) -> int:
@@ -149,19 +154,24 @@ class RunConfig:
 
     @property
     def run_name(self) -> str:
-        """``task_method[-ablation...]_sSEED`` (``_aN`` added for a world of N x N tiles, ``_llm``
-        for the LLM policy): the run id and default folder name."""
+        """``task_method[-ablation...]_sSEED`` (``_aN`` added for a world of N x N tiles,
+        ``_from-RUN`` for a run that inherits RUN's memory, ``_llm`` for the LLM policy): the
+        run id and default folder name."""
         base = f"{self.task}_{'-'.join([self.method, *self.ablations])}_s{self.seed}"
         if self.area is not None:
             base += f"_a{self.area}"
+        if self.inherit is not None:
+            base += f"_from-{Path(self.inherit).name}"
         return base if self.llm is None else f"{base}_llm"
 
     def to_manifest(self) -> dict[str, Any]:
         """The config as recorded in ``run.json`` (paths as strings, no output folder).
         ``perception`` and ``area`` are recorded only when they are not the default, so that the
-        manifest of a default run stays what it was before the options existed."""
+        manifest of a default run stays what it was before the options existed; what a run
+        inherited is recorded by the runner (``inherited``: the run, its task and steps)."""
         d = asdict(self)
         d.pop("out")
+        d.pop("inherit")
         if self.llm is None:
             d.pop("llm")
         if self.perception == "map":

@@ -472,7 +472,7 @@ class LLMPolicy(MFMPolicy):
             raise ArgumentError(f"frame must be in 0..{ref.frames - 1} (or negative from the end)")
         frame = tools.frame(ref, i)
         step = ref.first_step + 1 + i
-        pos = tools.position_at(step)
+        pos = tools.position_in(ref, step)
         tiles = decode_frame(frame, estimate_daylight(frame))
         rows = []
         for r in range(len(tiles[0])):

@@ -23,6 +23,7 @@ from mfm.agent.tools import MemoryTools, Sighting
 from mfm.envs import Perception, Task, rules
 from mfm.memory import Fact, ProceduralMemory, Procedure, Target, WorkingPlan
 from mfm.memory.consolidation import WORKING
+from mfm.memory.inheritance import inherited_id
 from mfm.schema import IndexRow
 
 RESOURCE_CAP = {"tree": 6, "water": 4, "stone": 4, "coal": 6, "iron": 8, "diamond": 8, "cow": 2}
@@ -90,6 +91,8 @@ class MFMPolicy:
         self.sites_until = -1
         self._cover_upto = -1
         self._log_upto = 0
+        self._log_facts: dict[str, Fact] = {}
+        self._log_facts_upto = 0
         self.inspect_episodes = inspect_episodes
         self.inspect_stride = inspect_stride
         self.recent: deque[tuple[str, str, dict, str, str]] = deque(maxlen=6)
@@ -100,6 +103,7 @@ class MFMPolicy:
         self.inspect_sources: dict[Cell, tuple[str, ...]] = {}
         self.recalled: set[tuple[str, Cell, str]] = set()
         self.recalls: list[dict[str, Any]] = []
+        self.recall_names = RECALLED | ({t for m in task.milestones if (t := _collects(m))} if task.kit else set())
         self.opened: set[Cell] = set()
         self.contradictions: deque[str] = deque(maxlen=4)
         self.seen: set[Cell] = set()
@@ -140,22 +144,25 @@ class MFMPolicy:
 
     def knowledge(self, p: Perception, tools: MemoryTools) -> dict[str, Fact]:
         """The facts this turn's state block holds: GUIDE.md for modes with notes; for
-        ``pro-long`` the places and hazards its text log names; for ``direct`` the table
-        and furnace in view."""
+        ``pro-long`` the places and hazards its text log names (the log is append-only, so
+        each line is read once and what it named kept); for ``direct`` the table and furnace
+        in view."""
         if self.mode.notes:
             return tools.facts()
         facts: dict[str, Fact] = {}
         if self.mode.search == "log":
             tools.text_log.refresh()
-            for ln in tools.text_log.lines:
+            lines = tools.text_log.lines
+            for ln in lines[self._log_facts_upto:]:
                 found = events.find(ln.text)
                 place = next((e for e in found if e.kind == events.PLACED and e.item in STATIONS), None)
                 lava = next((e for e in found if e.kind == events.LAVA), None)
                 for kind, ev in (("place", place), ("hazard", lava)):
                     if ev is not None and ev.cell is not None:
                         key = f"{kind}:{ev.item or 'lava'}@{ev.cell[0]},{ev.cell[1]}"
-                        facts[key] = Fact(key, ln.text, "Log", (ln.episode,))
-            return facts
+                        self._log_facts[key] = Fact(key, ln.text, "Log", (ln.episode,))
+            self._log_facts_upto = len(lines)
+            return dict(self._log_facts)
         for name, cell in visible(p, {"table", "furnace"}):
             key = f"place:{name}@{cell[0]},{cell[1]}"
             facts[key] = Fact(key, f"{name} in view", "View")
@@ -421,17 +428,22 @@ class MFMPolicy:
     def _note_recall(self, p: Perception, name: str, cell: Cell, facts: dict[str, Fact], tools: MemoryTools) -> None:
         """Record where a :data:`RECALLED` thing's place came from when memory sends the player
         there (the run's ``agent_summary.recalls``): the episode that showed it and its age in
-        env steps, and ``via``, how the place was first learned: ``frames`` (read from a stored
-        frame, now or earlier) or ``notes`` (written when seen). When and how its GUIDE.md line
+        env steps (none for an episode of an inherited game, flagged ``inherited``), and
+        ``via``, how the place was first learned: ``frames`` (read from a stored frame, now
+        or earlier) or ``notes`` (written when seen). When and how its GUIDE.md line
         was last written is read from the turns (``loaders.paper_measures.recall_provenance``)."""
-        if name not in RECALLED or len(self.recalls) >= MAX_RECALLS:
+        if name not in self.recall_names or len(self.recalls) >= MAX_RECALLS:
             return
         fact = facts.get(res_key(name, cell))
         source = self.inspect_sources.get(cell, ()) or (fact.sources if fact else ())
         ref = tools.episode(source[0]) if source else None
-        self.recalls.append({"name": name, "x": cell[0], "y": cell[1], "step": p.step,
-                             "via": "frames" if cell in self.inspect_sources else "notes",
-                             "source": ref.id if ref else None, "age": p.step - ref.last_step if ref else None})
+        earlier = ref is not None and inherited_id(ref.id) is not None
+        recall = {"name": name, "x": cell[0], "y": cell[1], "step": p.step,
+                  "via": "frames" if cell in self.inspect_sources else "notes",
+                  "source": ref.id if ref else None, "age": p.step - ref.last_step if ref and not earlier else None}
+        if earlier:
+            recall["inherited"] = True
+        self.recalls.append(recall)
 
     def _get(self, name: str, cell: Cell, why: str) -> Decision:
         if name == "water":
@@ -578,6 +590,9 @@ class MFMPolicy:
         return None
 
     def _progress(self, p: Perception, tools: MemoryTools, facts: dict[str, Fact], source: str | None) -> Decision:
+        ore = self._kit_target(p)
+        if ore is not None:
+            return self.seek(p, [ore], tools, facts, source, f"find {ore}")
         inv = p.inventory
         has = lambda k: inv.get(k, 0) > 0  # noqa: E731
         near_table = self._station(p, facts, False, 12)
@@ -629,6 +644,15 @@ class MFMPolicy:
                 return self._extras(p, tools, facts, source)
             return self.seek(p, ["diamond"], tools, facts, source, "find a diamond")
         return self._extras(p, tools, facts, source)
+
+    def _kit_target(self, p: Perception) -> str | None:
+        """In a task that starts with a kit (past the tech tree): what the next milestone
+        collects, once the tool it needs is in hand (else the tech tree is followed)."""
+        nxt = next((m for m in self.task.milestones if m not in p.achievements), None)
+        tile = _collects(nxt) if self.task.kit and nxt else None
+        if tile is None or (tile in MINE_TOOL and not p.inventory.get(MINE_TOOL[tile], 0)):
+            return None
+        return tile
 
     def _extras(self, p: Perception, tools: MemoryTools, facts: dict[str, Fact], source: str | None) -> Decision:
         """After the diamond (or, in a reach task, while the diamond is sealed): other
@@ -811,6 +835,12 @@ class MFMPolicy:
         return {"found_by_inspection": dict(sorted(self.found["inspection"].items())),
                 "found_by_sight": dict(sorted(self.found["sight"].items())),
                 "inspection_targets_used": len(self.used_inspection), "recalls": self.recalls}
+
+
+def _collects(milestone: str) -> str | None:
+    """The tile a ``collect_*`` milestone takes (``collect_iron`` -> ``iron``), else None."""
+    item = milestone[len("collect_"):] if milestone.startswith("collect_") else ""
+    return ITEM_TILE.get(item)
 
 
 @functools.lru_cache(maxsize=4)

@@ -25,6 +25,7 @@ from mfm.agent.tools import FrameReader, MemoryTools, Seen, note_seen
 from mfm.envs import CrafterHarness, Perception, load_task, make_harness
 from mfm.memory import ProceduralMemory, RunWriter, SpatialGrid
 from mfm.memory.appendlog import Clock, WriteError
+from mfm.memory.inheritance import InheritedMemory, InheritError, copy_run, read_manifest, seed_memory
 from mfm.memory.retrieval import episode_frame
 from mfm.schema import SCHEMA_VERSION, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, StepRow, TurnRow
 
@@ -220,16 +221,29 @@ class Runner:
 
             client = make_client(config.llm)
         started = self.clock() if self.clock else now_iso()
+        recorded = config.to_manifest()
+        earlier = None
+        if config.inherit is not None:
+            earlier = read_manifest(Path(config.inherit))
+            check_same_world(earlier, config)
+            recorded["inherited"] = {"run": earlier.run_id, "task": earlier.task, "method": earlier.method,
+                                     "steps": earlier.last_step, "status": earlier.status,
+                                     "milestones": dict(earlier.milestones)}
         manifest = RunManifest(
             schema_version=SCHEMA_VERSION, run_id=config.run_name, env="crafter", task=config.task,
             method=config.method, seed=config.seed, step_budget=config.budget,
             milestone_order=self.task.milestones, status="running", started_at=started,
             ablations=tuple(config.ablations), policy=policy_name(config), package_version=__version__,
-            command=command, config=config.to_manifest())
+            command=command, config=recorded)
         self.writer = writer(Path(config.out), manifest, self.clock or now_iso)
         self.harness = harness if harness is not None else make_harness(
             config.seed, self.task, size=config.frame_size, perception=config.perception, area=config.world)
-        self.tools = MemoryTools(self.writer, frames, notes_tokens=config.notes_tokens)
+        self.past: InheritedMemory | None = None
+        if earlier is not None:
+            copy_run(Path(config.inherit), self.writer.dir)
+            self.past = InheritedMemory(self.writer.dir)
+            seed_memory(self.writer.memory, self.past.dir, earlier.run_id)
+        self.tools = MemoryTools(self.writer, frames, notes_tokens=config.notes_tokens, past=self.past)
         self.procedures = ProceduralMemory(self.writer.memory, ATOMS)
         self.policy: Policy
         if config.llm is not None:
@@ -482,6 +496,30 @@ class Runner:
         if not sys.stderr.isatty() and not force and now - self.started < 1:
             return
         print(line.ljust(78), end=end, file=sys.stderr, flush=True)
+
+
+def check_same_world(earlier: RunManifest, config: RunConfig) -> None:
+    """Raise InheritError unless the earlier run played the world ``config`` plays: the
+    same game, seed, world size and arrangement (a reach world's target and start)."""
+    def arrangement(task: str) -> tuple[str, tuple[int, int]] | None:
+        reach = load_task(task).reach
+        return None if reach is None else (reach.material, reach.distance)
+
+    name = earlier.run_id
+    if earlier.env != "crafter":
+        raise InheritError(f"run {name!r} was played in {earlier.env!r}, not crafter")
+    if earlier.seed != config.seed:
+        raise InheritError(f"run {name!r} played seed {earlier.seed}, this run seed {config.seed}: another world")
+    if earlier.config.get("area") != config.area:
+        raise InheritError(f"run {name!r} played a world of side {earlier.config.get('area') or 'default'}, "
+                           f"this run {config.area or 'default'}")
+    try:
+        theirs = arrangement(earlier.task)
+    except KeyError:
+        raise InheritError(f"run {name!r} played task {earlier.task!r}, which this version does not know") from None
+    if theirs != arrangement(config.task):
+        raise InheritError(f"run {name!r} played task {earlier.task!r}, whose world is arranged differently "
+                           f"from {config.task!r}'s")
 
 
 def policy_name(config: RunConfig) -> str:

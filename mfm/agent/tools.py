@@ -20,6 +20,7 @@ from mfm.envs import Perception, decode_frame, estimate_daylight
 from mfm.envs.rules import CONTENT, LOCAL_VIEW
 from mfm.memory import ContentHit, Fact, IndexQuery, RunWriter, WorkingPlan, consolidate
 from mfm.memory.consolidation import GUIDE, WORKING, parse_guide, parse_plan_targets
+from mfm.memory.inheritance import InheritedMemory, inherited_id
 from mfm.memory.retrieval import FrameError, episode_frame, search
 from mfm.memory.run_writer import LOG_RULE
 from mfm.schema import LOGS, GridRow, IndexRow
@@ -105,11 +106,17 @@ class TextLog:
 
 
 class MemoryTools:
-    """The agent's access to its run directory's memory, with a per-turn call log."""
+    """The agent's access to its run directory's memory, with a per-turn call log.
 
-    def __init__(self, writer: RunWriter, frames: FrameReader = episode_frame, notes_tokens: int | None = None) -> None:
+    ``past``: the memory of the run this one inherited (:mod:`mfm.memory.inheritance`);
+    content searches cover its episodes too, named ``inherited:ep_…``, and inspection reads
+    their frames from its copy."""
+
+    def __init__(self, writer: RunWriter, frames: FrameReader = episode_frame, notes_tokens: int | None = None,
+                 past: InheritedMemory | None = None) -> None:
         self.writer = writer
         self.notes_tokens = notes_tokens
+        self.past = past
         self._frames = frames
         self.dir: Path = writer.dir
         self.calls: list[dict] = []
@@ -142,6 +149,11 @@ class MemoryTools:
         """Search what episodes' frames showed for ``material`` (the index's content half), over
         every episode finished so far; logged as a search with the episodes found."""
         hits = self.writer.content.find(material, near=near, radius=radius, as_of_step=self.step, limit=limit)
+        if self.past is not None:
+            hits += self.past.find(material, near=near, radius=radius, limit=limit)
+            if near is not None:
+                hits.sort(key=lambda h: (abs(h.cell[0] - near[0]) + abs(h.cell[1] - near[1]), h.cell))
+            hits = hits[:limit] if limit is not None else hits
         args: dict[str, Any] = {"seen": material}
         if near is not None:
             args["near"] = list(near)
@@ -194,8 +206,17 @@ class MemoryTools:
         return self._trace.get(step)
 
     def frame(self, ref: IndexRow, i: int) -> np.ndarray:
-        """Stored frame ``i`` of an episode (without logging); raises FrameError."""
+        """Stored frame ``i`` of an episode, the run's own or an inherited one (without
+        logging); raises FrameError."""
+        if self.past is not None and inherited_id(ref.id) is not None:
+            return self._frames(self.past.dir, self.past.bare(ref), i)
         return self._frames(self.dir, ref, i)
+
+    def position_in(self, ref: IndexRow, step: int) -> tuple[int, int] | None:
+        """The player's position after env step ``step`` of episode ``ref``'s game."""
+        if self.past is not None and inherited_id(ref.id) is not None:
+            return self.past.position_at(step)
+        return self.position_at(step)
 
     def inspect(self, ref: IndexRow, want: Iterable[str], stride: int = 2, by: str = "search") -> list[Sighting]:
         """Decode every ``stride``-th stored frame of an episode; return the wanted tiles seen.
@@ -208,7 +229,7 @@ class MemoryTools:
         looked = 0
         for i in frames:
             step = ref.first_step + 1 + i
-            pos = self.position_at(step)
+            pos = self.position_in(ref, step)
             if pos is None:
                 continue
             try:
@@ -256,7 +277,10 @@ class MemoryTools:
         return self.writer.grid.rows
 
     def episode(self, ep_id: str) -> IndexRow | None:
-        """The index row of an episode, None if it is not in the index."""
+        """The index row of an episode (``inherited:ep_…`` for one of the inherited run's),
+        None if it is not in the index."""
+        if self.past is not None and inherited_id(ep_id) is not None:
+            return self.past.episode(ep_id)
         return self.writer.index.get(ep_id)
 
     def episode_at(self, step: int) -> IndexRow | None:

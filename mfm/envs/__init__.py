@@ -30,8 +30,9 @@ __all__ = [
 def make_harness(seed: int, task: Task, size: int = 64, perception: str = "map",
                  area: tuple[int, int] | None = None) -> CrafterHarness:
     """The game for a task in a world of ``area`` tiles (None: the rules' default, 64x64): a
-    :class:`ReachHarness` for a temporal-reach task, else crafter's world as generated."""
+    :class:`ReachHarness` for a temporal-reach task, else crafter's world as generated; the
+    player holds the task's kit at the start of every life."""
     world = area or rules.AREA
     if task.reach is not None:
-        return ReachHarness(seed, task.reach, size=size, perception=perception, area=world)
-    return CrafterHarness(seed, size=size, perception=perception, area=world)
+        return ReachHarness(seed, task.reach, size=size, perception=perception, area=world, kit=task.kit)
+    return CrafterHarness(seed, size=size, perception=perception, area=world, kit=task.kit)

@@ -315,15 +315,20 @@ class CrafterHarness:
     (:func:`~mfm.envs.decode.estimate_daylight`, then :func:`~mfm.envs.decode.decode_frame`),
     as a player looking at the screen would, misreadings at night included. The game itself
     is the same either way (decoding renders nothing).
+
+    ``kit``: items (name, count) put in the player's inventory at the start of every life
+    (:attr:`~mfm.envs.rules.Task.kit`).
     """
 
-    def __init__(self, seed: int, size: int = 64, perception: str = "map", area: tuple[int, int] = AREA) -> None:
+    def __init__(self, seed: int, size: int = 64, perception: str = "map", area: tuple[int, int] = AREA,
+                 kit: tuple[tuple[str, int], ...] = ()) -> None:
         if perception not in PERCEPTIONS:
             raise ValueError(f"unknown perception {perception!r}; expected one of {', '.join(PERCEPTIONS)}")
         self._seed = int(seed)
         self._size = int(size)
         self._source = perception
         self._area = (int(area[0]), int(area[1]))
+        self._kit = tuple(kit)
         self._env = crafter.Env(
             area=self._area, view=VIEW, size=(self._size, self._size),
             reward=True, length=None, seed=self._seed)
@@ -388,7 +393,15 @@ class CrafterHarness:
         self._life = 0
         self._achievements = set()
         self._dead = False
+        if self._kit:
+            self._equip(self._env._player)
+            frame = self._env.render()
         return self._perceive(frame)
+
+    def _equip(self, player: Any) -> None:
+        """Give a new player the kit."""
+        for item, count in self._kit:
+            player.inventory[item] = count
 
     def step(self, action: int | str) -> StepResult:
         """Apply one action (name or index) and report what the player perceives."""
@@ -421,6 +434,7 @@ class CrafterHarness:
             if hasattr(obj, "player"):
                 obj.player = player
         env._player = player
+        self._equip(player)
         env._last_health = player.health
         env._unlocked = set()
         self._life += 1

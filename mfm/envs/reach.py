@@ -78,8 +78,8 @@ class ReachHarness(CrafterHarness):
     target cell is sealed until env step ``reach.delay``."""
 
     def __init__(self, seed: int, reach: Reach, size: int = 64, perception: str = "map",
-                 area: tuple[int, int] = AREA) -> None:
-        super().__init__(seed, size=size, perception=perception, area=area)
+                 area: tuple[int, int] = AREA, kit: tuple[tuple[str, int], ...] = ()) -> None:
+        super().__init__(seed, size=size, perception=perception, area=area, kit=kit)
         self.reach = reach
         self.site: ReachSite | None = None
 

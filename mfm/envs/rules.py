@@ -26,13 +26,16 @@ class Task:
 
     ``reach``: the temporal-reach arrangement of the world (None: crafter's world as
     generated). ``notes_tokens``: the budget of GUIDE.md, in tokens estimated as characters
-    / 4, the same for every method (None: unbounded)."""
+    / 4, the same for every method (None: unbounded). ``kit``: items (name, count) the
+    player holds at the start of every life, so that a task can begin past the tech tree
+    (the ``ore-*`` tasks: find and mine one ore with the pickaxe it needs in hand)."""
 
     name: str
     milestones: tuple[str, ...]
     budget: int
     reach: Reach | None = None
     notes_tokens: int | None = None
+    kit: tuple[tuple[str, int], ...] = ()
 
 
 def _read_json(filename: str) -> Any:
@@ -91,10 +94,14 @@ def load_task(name: str) -> Task:
     if "base" in entry:
         entry = {**tasks[entry["base"]], **entry}
     reach = entry.get("reach")
+    kit = tuple(sorted((str(k), int(v)) for k, v in entry.get("kit", {}).items()))
+    unknown = [k for k, _ in kit if k not in _RULES["items"]]
+    if unknown:
+        raise ValueError(f"task {name!r}: kit names unknown items {unknown}")
     return Task(name=name, milestones=tuple(entry["milestones"]), budget=int(entry["budget"]),
                 reach=None if reach is None else Reach(reach["material"], int(reach["delay"]),
                                                        tuple(reach.get("distance", (14, 22)))),
-                notes_tokens=entry.get("notes_tokens"))
+                notes_tokens=entry.get("notes_tokens"), kit=kit)
 
 
 def task_names() -> list[str]:

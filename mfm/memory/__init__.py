@@ -9,6 +9,7 @@
 - ``retrieval``: filter -> select references -> load records and frames; crop/enlarge/compare
 - ``consolidation``: revise knowledge and plans from evidence, episodes untouched
 - ``run_writer``: the run directory writer that commits episodes whole
+- ``inheritance``: a new game in a known world, starting from an earlier run's memory
 """
 from mfm.memory.agent_memory import AgentMemory, blame, rebuild
 from mfm.memory.consolidation import Fact, Target, WorkingPlan, consolidate

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from mfm.memory.agent_memory import AgentMemory
+from mfm.schema import INHERITED
 
 GUIDE = "mine/GUIDE.md"
 WORKING = "mine/working.md"
-FACT_LINE = re.compile(r"^- \[(?P<key>[^\]]+)\] (?P<text>.*?)(?: \((?P<src>ep_\d+(?:, ep_\d+)*)\))?$")
+_SRC = rf"(?:{INHERITED}:)?ep_\d+"
+FACT_LINE = re.compile(rf"^- \[(?P<key>[^\]]+)\] (?P<text>.*?)(?: \((?P<src>{_SRC}(?:, {_SRC})*)\))?$")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
 from mfm.memory.agent_memory import AgentMemory
-from mfm.schema import EPISODE_ID
+from mfm.schema import EPISODE_REF
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 PRECONDITIONS = ("have", "near", "min_vital")
@@ -91,7 +91,7 @@ def parse_procedure(obj: Any, atoms: Iterable[str]) -> Procedure:
                                             for p in pre):
         raise ProcedureError(f"{name}: each precondition is one of {', '.join(PRECONDITIONS)}")
     sources = tuple(obj.get("sources", ()))
-    if not all(isinstance(s, str) and EPISODE_ID.match(s) for s in sources):
+    if not all(isinstance(s, str) and EPISODE_REF.match(s) for s in sources):
         raise ProcedureError(f"{name}: sources must be episode ids")
     known = {f for f in Procedure.__dataclass_fields__ if f != "extra"}
     extra = {k: v for k, v in obj.items() if k not in known}
