@@ -218,3 +218,14 @@ def test_the_validator_follows_inherited_sources_into_the_copy(games: tuple[Path
     (run_dir / "inherited").symlink_to(new / "inherited")
     errors = [p for p in validate(run_dir).errors if "inherited" in p.message]
     assert len(errors) == 1 and errors[0].line == 1 and "no inherited/index.jsonl inside it" in errors[0].message
+
+
+def test_inherited_procedures_name_the_copys_episodes(games: tuple[Path, Path]) -> None:
+    earlier, new = games
+    theirs = {w["path"] for w in lines(earlier / "memory_writes.jsonl") if w["path"].startswith("mine/procedures/")}
+    ours = [w for w in lines(new / "memory_writes.jsonl") if w["author"] == "inherited"
+            and w["path"].startswith("mine/procedures/")]
+    assert theirs and {w["path"] for w in ours} == theirs
+    for w in ours:
+        ids = re.findall(r'"((?:\w+:)?ep_\d+)"', w["snapshot"] or "")
+        assert ids and all(i.startswith("inherited:ep_") for i in ids), (w["path"], ids)

@@ -99,7 +99,7 @@ def _requalify_procedure(text: str) -> tuple[str, tuple[str, ...]]:
     sources = tuple(qualify(s) for s in obj.get("sources", []) if isinstance(s, str) and EPISODE_ID.match(s))
     obj["sources"] = list(sources)
     extra = obj.get("extra")
-    for key in ("last_episodes", "failed_episodes"):
+    for key in ("disabled_sources", "last_episodes", "failed_episodes"):
         for holder in (obj, extra if isinstance(extra, dict) else {}):
             if isinstance(holder.get(key), list):
                 holder[key] = [qualify(s) for s in holder[key] if isinstance(s, str)]
