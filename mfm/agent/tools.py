@@ -7,7 +7,6 @@ recorded for that frame.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +19,9 @@ from mfm.envs import Perception, decode_frame, estimate_daylight
 from mfm.envs.rules import CONTENT, LOCAL_VIEW
 from mfm.memory import ContentHit, Fact, IndexQuery, RunWriter, WorkingPlan, consolidate
 from mfm.memory.consolidation import GUIDE, WORKING, parse_guide, parse_plan_targets
+from mfm.memory.index import nearest_first
 from mfm.memory.inheritance import InheritedMemory, inherited_id
-from mfm.memory.retrieval import FrameError, episode_frame, search
+from mfm.memory.retrieval import FrameError, episode_frame, read_trace, search
 from mfm.memory.run_writer import LOG_RULE
 from mfm.schema import LOGS, GridRow, IndexRow
 
@@ -152,7 +152,7 @@ class MemoryTools:
         if self.past is not None:
             hits += self.past.find(material, near=near, radius=radius, limit=limit)
             if near is not None:
-                hits.sort(key=lambda h: (abs(h.cell[0] - near[0]) + abs(h.cell[1] - near[1]), h.cell))
+                hits = nearest_first(hits, near)
             hits = hits[:limit] if limit is not None else hits
         args: dict[str, Any] = {"seen": material}
         if near is not None:
@@ -187,17 +187,7 @@ class MemoryTools:
         return [(s, *xy) for s, xy in self._trace.items() if s > after_step]
 
     def _load_trace(self) -> None:
-        path = self.dir / "steps.jsonl"
-        if not path.exists():
-            return
-        with open(path, "rb") as f:
-            f.seek(self._trace_offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        for line in data[:end].splitlines():
-            row = json.loads(line)
-            self._trace[int(row["step"])] = (int(row["x"]), int(row["y"]))
-        self._trace_offset += end
+        self._trace_offset = read_trace(self.dir / "steps.jsonl", self._trace_offset, self._trace)
 
     def position_at(self, step: int) -> tuple[int, int] | None:
         """The player's position after env step ``step``, from the per-step trace."""

@@ -152,6 +152,11 @@ class ContentHit:
     first_seen: int
 
 
+def nearest_first(hits: Iterable[ContentHit], near: tuple[float, float]) -> list[ContentHit]:
+    """Hits ordered by L1 distance of their cell from ``near`` (ties by cell)."""
+    return sorted(hits, key=lambda h: (abs(h.cell[0] - near[0]) + abs(h.cell[1] - near[1]), h.cell))
+
+
 class ContentIndex(LoggedRows):
     """The content half of the episode index (``seen.jsonl``): what each episode's frames
     showed, by material and world cell, searchable over the whole history (no recency
@@ -200,7 +205,7 @@ class ContentIndex(LoggedRows):
             if seen:
                 hits.append(ContentHit(material, cell, seen[-1].episode, seen[-1].last_step, seen[0].first_step))
         if near is not None:
-            hits.sort(key=lambda h: (abs(h.cell[0] - near[0]) + abs(h.cell[1] - near[1]), h.cell))
+            hits = nearest_first(hits, near)
         else:
             hits.sort(key=lambda h: (-h.last_step, h.cell))
         return hits[:limit] if limit is not None else hits

@@ -23,6 +23,7 @@ from pathlib import Path
 from mfm.memory.agent_memory import AgentMemory
 from mfm.memory.consolidation import FACT_LINE, GUIDE, WORKING
 from mfm.memory.index import ContentHit, ContentIndex, EpisodeIndex
+from mfm.memory.retrieval import read_trace
 from mfm.schema import EPISODE_ID, INHERITED, IndexRow, RunManifest, SchemaError
 
 PREFIX = f"{INHERITED}:"
@@ -171,11 +172,5 @@ class InheritedMemory:
         """The player's position after step ``step`` of the earlier game (its per-step trace)."""
         if self._trace is None:
             self._trace = {}
-            path = self.dir / "steps.jsonl"
-            if path.exists():
-                with open(path, "rb") as f:
-                    for line in f:
-                        if line.endswith(b"\n"):
-                            row = json.loads(line)
-                            self._trace[int(row["step"])] = (int(row["x"]), int(row["y"]))
+            read_trace(self.dir / "steps.jsonl", 0, self._trace)
         return self._trace.get(step)

@@ -6,6 +6,7 @@ cues leave out) and by the dashboard (to show them). Nothing here writes.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -50,6 +51,21 @@ def _read_json(run_dir: Path, rel: str) -> dict | None:
 def search(index: EpisodeIndex, **predicates: Any) -> list[IndexRow]:
     """Filter the index (see :class:`~mfm.memory.index.IndexQuery`) and return references."""
     return index.query(IndexQuery(**predicates))
+
+
+def read_trace(path: Path, offset: int, into: dict[int, tuple[int, int]]) -> int:
+    """Add the positions of ``steps.jsonl`` (``path``) from byte ``offset`` to ``into`` (step
+    -> (x, y)), whole lines only; the offset to read from next time."""
+    if not path.exists():
+        return offset
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        row = json.loads(line)
+        into[int(row["step"])] = (int(row["x"]), int(row["y"]))
+    return offset + end
 
 
 def load_episode(run_dir: Path, ref: IndexRow) -> EpisodeRecord:
