@@ -9,6 +9,7 @@ import base64
 import io
 import math
 import zlib
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -120,6 +121,15 @@ def _cell_matrix(cells: pd.DataFrame, kind: str, extent: tuple[int, int, int, in
     return z, text
 
 
+def _life_colors(lives: pd.Series) -> dict[str, Any]:
+    """Marker colour by life (``theme.life_color``) as numbers on a stepped colour scale: one
+    number per point instead of one colour string, which Plotly would check one by one."""
+    palette = theme.QUALITATIVE
+    n = len(palette)
+    scale = [[pos, c] for i, c in enumerate(palette) for pos in (i / n, (i + 1) / n)]
+    return dict(color=lives.to_numpy(int) % n, colorscale=scale, cmin=-0.5, cmax=n - 0.5, showscale=False)
+
+
 def grid_figure(view: GridView, cell: tuple[int, int] | None = None) -> go.Figure:
     """The traversed-cell grid as a map (second axis downwards as in the game), with each
     life's path, episode end positions and deaths; the view's ``plane`` names the second axis
@@ -148,11 +158,19 @@ def grid_figure(view: GridView, cell: tuple[int, int] | None = None) -> go.Figur
             line=dict(color=theme.life_color(life), width=2),
             opacity=0.75, customdata=g["step"], hovertemplate="step %{customdata}<br>(%{x}, %{y})<extra>life "
             + str(life) + "</extra>"))
-    if len(positions):
+    if len(positions) and view.merged:
+        fig.add_trace(go.Scatter(
+            x=positions["x"], y=positions["y"], mode="markers",
+            name=f"episode end positions, {view.merged} merged per cell (click to pick)",
+            marker=dict(size=7, **_life_colors(positions["life"]), line=dict(width=1, color="#222")),
+            customdata=np.stack([positions["count"], positions["first_life"], positions["life"], positions["id"],
+                                 positions["summary"].str.slice(0, 80)], axis=-1),
+            hovertemplate="(%{x}, %{y}): %{customdata[0]} episodes ended here, lives %{customdata[1]}–"
+                          "%{customdata[2]}<br>latest %{customdata[3]}: %{customdata[4]}<extra></extra>"))
+    elif len(positions):
         fig.add_trace(go.Scatter(
             x=positions["x"], y=positions["y"], mode="markers", name="episode end position (click to pick)",
-            marker=dict(size=7, color=[theme.life_color(v) for v in positions["life"]],
-                        line=dict(width=1, color="#222")),
+            marker=dict(size=7, **_life_colors(positions["life"]), line=dict(width=1, color="#222")),
             customdata=np.stack([positions["id"], positions["summary"].str.slice(0, 80)], axis=-1),
             hovertemplate="%{customdata[0]} at (%{x}, %{y})<br>%{customdata[1]}<extra></extra>"))
     if len(deaths):

@@ -140,8 +140,9 @@ def grid_figure(key: str, run: Run, width: str = "single", lo: int | None = None
     return Figure("spatial_grid", _style(chart, width, WIDTHS[width]), [(key, run)], "grid", (view.lo, view.hi),
                   filters, data=data,
                   caption=f"Cells {key} interacted with in env steps {view.lo}–{view.hi} (latest kind of each "
-                          f"cell), each life's path (grey), episode end positions and deaths; {view.plane} grows "
-                          "downwards as in the game.")
+                          f"cell), each life's path (grey), episode end positions"
+                          + (f" ({view.merged}, one mark per cell)" if view.merged else "")
+                          + f" and deaths; {view.plane} grows downwards as in the game.")
 
 
 def _note(text: str) -> alt.TitleParams:

@@ -313,10 +313,14 @@ def _runs_key(runs: Runs) -> tuple:
     return tuple((k, str(r.path), r.signature) for k, r in runs)
 
 
-def cached(fn: Callable[..., T], max_entries: int = 64) -> Callable[..., T]:
+def cached(fn: Callable[..., T], max_entries: int = 64, shared: bool = False) -> Callable[..., T]:
     """``fn(runs, *args, **kwargs)`` cached (``st.cache_data``) on the run's signature
     (``Run.signature``; for ``(key, run)`` pairs, every key, path and signature) plus the
     other arguments, which Streamlit must be able to hash. ``st.cache_data.clear()`` clears it.
+
+    ``shared``: keep the value itself (``st.cache_resource``, cleared by
+    ``st.cache_resource.clear()``) instead of a copy per call, for values that are only read
+    and costly to copy, such as a built Plotly figure (unpickling one validates it again).
 
     Streamlit names a cache by its function's qualified name and source, so the inner function
     is renamed after ``fn`` (and where it is defined) to give every wrapped function its own."""
@@ -326,7 +330,7 @@ def cached(fn: Callable[..., T], max_entries: int = 64) -> Callable[..., T]:
     code = getattr(fn, "__code__", None)
     where = f"{code.co_filename}:{code.co_firstlineno}" if code else ""
     call.__qualname__ = f"cached[{fn.__module__}.{fn.__qualname__}@{where}]"
-    memo = st.cache_data(max_entries=max_entries, show_spinner=False)(call)
+    memo = (st.cache_resource if shared else st.cache_data)(max_entries=max_entries, show_spinner=False)(call)
 
     @functools.wraps(fn)
     def wrapper(runs: Runs, *args: Any, **kwargs: Any) -> T:

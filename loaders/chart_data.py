@@ -23,6 +23,9 @@ from loaders.run import Run
 RunList = Sequence[tuple[str, Run]]
 PATH_COLUMNS = ["life", "step", "x", "y"]
 POSITION_COLUMNS = ["id", "x", "y", "life", "summary"]
+POSITION_LIMIT = 5_000
+"""Above this many episode end positions in view the grid merges them, one marker per cell
+(narrow the step range or pick a life to see each one again)."""
 DEATH_COLUMNS = ["x", "y", "step", "cause"]
 
 
@@ -199,6 +202,19 @@ class GridView:
     hi: int
     kinds: tuple[str, ...] | None = None
     life: int | None = None
+    merged: int = 0
+    """How many episode end positions were merged per cell (0: none, one marker each; see
+    :data:`POSITION_LIMIT`)."""
+
+
+def merge_positions(pos: pd.DataFrame) -> pd.DataFrame:
+    """Episode end positions (in episode order) merged per cell: the latest episode's id,
+    life and summary, with ``count`` (episodes that ended there) and ``first_life``; cells
+    ordered by their latest episode, so the last row is still the latest position."""
+    latest = pos.drop_duplicates(["x", "y"], keep="last")
+    by_cell = pos.groupby(["x", "y"], sort=False)
+    stats = pd.DataFrame({"count": by_cell.size(), "first_life": by_cell["life"].min()})
+    return latest.join(stats, on=["x", "y"]).reset_index(drop=True)
 
 
 def heights(run: Run) -> list[int]:
@@ -231,8 +247,10 @@ def grid(run: Run, lo: int | None = None, hi: int | None = None, kinds: Sequence
         POSITION_COLUMNS] if positions and len(eps) else pd.DataFrame(columns=POSITION_COLUMNS)
     deaths = lv[(lv["event"] == "death") & (lv["step"] >= lo) & (lv["step"] <= hi) & lv["x"].notna()][
         DEATH_COLUMNS] if len(lv) else pd.DataFrame(columns=DEATH_COLUMNS)
-    return GridView(cells, path, pos.reset_index(drop=True), deaths.reset_index(drop=True), extent, plane, lo, hi,
-                    tuple(kinds) if kinds is not None else None, life)
+    merged = len(pos) if len(pos) > POSITION_LIMIT else 0
+    pos = merge_positions(pos) if merged else pos.reset_index(drop=True)
+    return GridView(cells, path, pos, deaths.reset_index(drop=True), extent, plane, lo, hi,
+                    tuple(kinds) if kinds is not None else None, life, merged)
 
 
 RETARGET_MEASURES = ("retarget | inspect", "retarget | other", "near", "null")

@@ -112,6 +112,15 @@ def target_position(g: dict, three_d: bool = False) -> tuple[float, ...]:
     return (float(g["x"]), float(g["y"]))
 
 
+def _near_count(points: np.ndarray, at: tuple[float, ...], radius: float) -> int:
+    """How many ``points`` (rows) lie within ``radius`` of ``at``, as ``math.dist(at, p) <=
+    radius`` decides it: on squared distances, exact for the integer cells of a grid world."""
+    if not len(points):
+        return 0
+    d2 = ((points - np.asarray(at, dtype=float)) ** 2).sum(axis=1)
+    return int(np.count_nonzero(d2 <= radius * radius))
+
+
 def retargeting(turns: Iterable[TurnRow], index: Sequence[IndexRow], radius: float = RADIUS,
                 three_d: bool = False) -> Retargeting:
     """Retargeting after inspection vs without, and nearness of the new targets (see module doc).
@@ -120,6 +129,10 @@ def retargeting(turns: Iterable[TurnRow], index: Sequence[IndexRow], radius: flo
                  key=lambda r: r.last_step)
     by_id = {r.id: r for r in index}
     last = np.array([r.last_step for r in eps], dtype=np.int64)
+    where = np.full((len(eps), 3), np.nan)
+    for i, r in enumerate(eps):
+        pos = position(r, three_d)
+        where[i, :len(pos)] = pos
     out = Retargeting()
     for t in turns:
         looked = [by_id[e] for e in inspected(t) if e in by_id and by_id[e].x is not None]
@@ -135,7 +148,7 @@ def retargeting(turns: Iterable[TurnRow], index: Sequence[IndexRow], radius: flo
             tp = target_position(g, three_d)
             out.new_targets += 1
             out.near += any(math.dist(tp, position(r, three_d)[:len(tp)]) <= radius for r in looked)
-            m = sum(math.dist(tp, position(r, three_d)[:len(tp)]) <= radius for r in eps[:n])
+            m = _near_count(where[:n, :len(tp)], tp, radius)
             out.null_sum += near_chance(n, m, len(looked))
     return out
 
@@ -394,8 +407,10 @@ def winning_recall(r: RunMeasures) -> dict | None:
 
 
 def delay(task: str) -> int | None:
-    """The delay D of a temporal-reach task named ``reach-D`` (None for other tasks)."""
+    """The delay D of a temporal-reach task named ``reach-D`` or ``reach-kit-D`` (None for
+    other tasks)."""
     head, _, tail = task.partition("-")
+    tail = tail.removeprefix("kit-")
     return int(tail) if head == "reach" and tail.isdigit() else None
 
 
@@ -404,7 +419,8 @@ TRIALS = ("finished", "interrupted")
 
 
 def reach_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
-    """Temporal reach, per delay D and method, over the runs that ended (:data:`TRIALS`):
+    """Temporal reach, per task (its delay D, then ``reach-kit-D`` after ``reach-D``) and
+    method, over the runs that ended (:data:`TRIALS`):
     diamonds got out of n seeds with a 95% Wilson interval, steps to the diamond (mean, 95% t
     interval, over the successes), and the recall that led to each success: the age of the
     episode that showed the place, how long its GUIDE.md line had been kept when it was used
@@ -412,15 +428,16 @@ def reach_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
     otherwise, by sight (``by_notes``); ``by_sight``: got with no recall, the diamond in view;
     ``earlier_life``: successes whose recall named an episode of an earlier life."""
     rows = []
-    ended = [r for r in ms if r.status in TRIALS]
-    for d in sorted({delay(r.task) for r in ended} - {None}):
-        for method, group in _by_method([r for r in ended if delay(r.task) == d]):
+    ended = [r for r in ms if r.status in TRIALS and delay(r.task) is not None]
+    for task in sorted({r.task for r in ended}, key=lambda t: (delay(t), t)):
+        d = delay(task)
+        for method, group in _by_method([r for r in ended if r.task == task]):
             got = [r for r in group if r.diamond_step is not None]
             lo, hi = wilson(len(got), len(group))
             mean, mlo, mhi = mean_interval([r.diamond_step for r in got])
             wins = [winning_recall(r) for r in got]
             ages = [int(w["age"]) for w in wins if w is not None and w.get("age") is not None]
-            rows.append({"delay": d, "method": method, "seeds": len(group), "successes": len(got),
+            rows.append({"task": task, "delay": d, "method": method, "seeds": len(group), "successes": len(got),
                          "rate": len(got) / len(group), "rate_lo": lo, "rate_hi": hi,
                          "steps_mean": mean, "steps_lo": mlo, "steps_hi": mhi,
                          "recall_ages": ages,

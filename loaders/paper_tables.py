@@ -101,7 +101,8 @@ def reach_success(ms: Sequence[RunMeasures]) -> pd.DataFrame:
         return f"median {int(np.median(v)):,}, max {max(v):,}" if v else "-"
 
     return pd.DataFrame({
-        "D": t["delay"], "method": t["method"],
+        "D": [f"{d} (kit)" if "-kit-" in task else str(d) for d, task in zip(t["delay"], t["task"])],
+        "method": t["method"],
         "diamonds": [f"{k}/{n}" for k, n in zip(t["successes"], t["seeds"])],
         "rate (95% CI)": [f"{_pct(r)} ({_pct(lo)}-{_pct(hi)})" for r, lo, hi in zip(t["rate"], t["rate_lo"], t["rate_hi"])],
         "steps to diamond (95% CI)": [("-" if m != m else _f(m, 0) if lo != lo else

@@ -95,6 +95,7 @@ class Run:
         self.signature = sig
         self._lock = threading.RLock()
         self._frames: dict[str, pd.DataFrame] = {}
+        self._counts: tuple[int, int, int] | None = None
 
     @property
     def name(self) -> str:
@@ -284,21 +285,28 @@ class Run:
 
     def summary(self) -> dict[str, Any]:
         """One row for the runs table. Cheap for a run not opened yet: the manifest, the lives
-        file and a line count of the index; ``problems`` is None until the run is read."""
+        file and a line count of the index (counted once per version of the run's files);
+        ``problems`` is None until the run is read."""
         m = self.manifest
         quick = not self.loaded and self._manifest is not None
-        lives = read_table(self.path / "lives.jsonl", LifeEvent)[0] if quick else self.records("lives.jsonl")
-        lives = [e for _, e in lives] if quick else lives
+        if quick:
+            if self._counts is None:
+                lives = [e for _, e in read_table(self.path / "lives.jsonl", LifeEvent)[0]]
+                self._counts = (1 + sum(e.event == "respawn" for e in lives), sum(e.event == "death" for e in lives),
+                                _count_lines(self.path / "index.jsonl"))
+            n_lives, deaths, episodes = self._counts
+        else:
+            lives = self.records("lives.jsonl")
+            n_lives, deaths = 1 + sum(e.event == "respawn" for e in lives), sum(e.event == "death" for e in lives)
+            episodes = len(self.records("index.jsonl"))
         order = list(m.milestone_order) if m else []
         reached = m.milestones if m else {}
         return {
             "run": self.name, "path": str(self.path), "format": self.format, "task": m.task if m else None,
             "method": m.method if m else None, "ablations": ",".join(m.ablations) if m else "",
             "seed": m.seed if m else None, "steps": m.last_step if m else None,
-            "budget": m.step_budget if m else None, "lives": 1 + sum(e.event == "respawn" for e in lives),
-            "deaths": sum(e.event == "death" for e in lives), "milestones": len(reached),
-            "milestones_total": len(order), "status": self.status,
-            "episodes": _count_lines(self.path / "index.jsonl") if quick else len(self.records("index.jsonl")),
+            "budget": m.step_budget if m else None, "lives": n_lives, "deaths": deaths, "milestones": len(reached),
+            "milestones_total": len(order), "status": self.status, "episodes": episodes,
             "problems": None if quick else len(self.problems),
         }
 

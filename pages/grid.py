@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import charts, figures, ui
 from dashboard.core import clamp_range, format_range, parse_cell, split_list
 from dashboard.theme import CELL_KIND_COLORS
 from loaders import chart_data, run_pages
+from loaders.run import Run
 from mfm.schema import GRID_KINDS
 
 _, focus = ui.sidebar(("cell", "range", "kinds", "life"))
@@ -44,9 +46,18 @@ lo, hi = st.session_state["w_grid_range"] if last > first else (first, last)
 kinds = st.session_state["w_kinds"]
 
 cell = parse_cell(ui.qp("cell"))
-view = ui.cached(chart_data.grid)(run, lo, hi, tuple(kinds), life=st.session_state["w_life"], height=band,
-                                  paths=show_paths, positions=show_eps)
-fig = charts.grid_figure(view, cell)
+
+
+def _map(r: Run, lo: int, hi: int, kinds: tuple[str, ...], life: int | None, band: tuple[int, int] | None,
+         paths: bool, positions: bool, cell: tuple[int, int] | None) -> tuple[chart_data.GridView, go.Figure]:
+    """The grid's view and figure, built once per run version and choice (kept, not copied:
+    only read)."""
+    view = ui.cached(chart_data.grid)(r, lo, hi, kinds, life=life, height=band, paths=paths, positions=positions)
+    return view, charts.grid_figure(view, cell)
+
+
+view, fig = ui.cached(_map, max_entries=16, shared=True)(run, lo, hi, tuple(kinds), st.session_state["w_life"], band,
+                                                        show_paths, show_eps, cell)
 
 
 def _on_pick() -> None:
@@ -65,7 +76,10 @@ ui.figure_downloads(lambda: figures.grid_figure(key, run, view=view),
                     f"spatial_grid_{figures.file_stem(key)}", "single")
 counts = view.cells["kind"].value_counts() if len(view.cells) else pd.Series(dtype=int)
 st.caption(" · ".join(f"{k}: {int(counts.get(k, 0))} cells" for k in GRID_KINDS) +
-           f" · {len(view.paths)} path points drawn (of {len(run.steps())} steps) · click a marker to pick its cell")
+           f" · {len(view.paths)} path points drawn (of {len(run.steps())} steps)"
+           + (f" · {view.merged} episode end positions merged into {len(view.positions)} cells (more than "
+              f"{chart_data.POSITION_LIMIT:,} in view: narrow the step range or pick a life to see each)"
+              if view.merged else "") + " · click a marker to pick its cell")
 
 st.subheader("Cell")
 pos = view.positions

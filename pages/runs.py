@@ -51,8 +51,7 @@ def _steps(steps: object, budget: object) -> str:
 @st.fragment(run_every=10 if follow else None)
 def _table() -> None:
     """The runs table; refreshed on a timer while a run is being written."""
-    fresh = ui.all_runs() if follow else runs
-    ov = run_pages.runs_overview(fresh, root, check=check)
+    ov = run_pages.runs_overview(ui.all_runs(), root, check=check) if follow else overview
     table = ov.assign(status=ov["status"].map(lambda s: STATUS_LABELS.get(s, s)),
                       progress=ov["milestones_reached"] / ov["milestones_total"].clip(lower=1),
                       seed=[_blank(v, "unknown") for v in ov["seed"]],
@@ -135,7 +134,7 @@ if len(tasks) > 1:
     task = st.radio("Task", tasks, horizontal=True, key="w_ms_task", format_func=ui.md,
                     help="Milestones are compared within one task (each task has its own list).")
     shown = [r for r in shown if r.manifest and r.manifest.task == task]
-ov = run_pages.runs_overview(shown, root, check=check or bool(runs_open))
+ov = overview if shown is runs else run_pages.runs_overview(shown, root, check=check or bool(runs_open))
 c1, c2 = st.columns([2, 3])
 c1.plotly_chart(charts.reached_figure(ov), width="stretch", key="reached")
 ms = run_pages.milestone_steps(shown, root)

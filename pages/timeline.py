@@ -1,6 +1,7 @@
 """Timeline: episodes over env steps, one lane per life, with marks; episode details and frames."""
 from __future__ import annotations
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import charts, figures, ui
@@ -9,6 +10,7 @@ from dashboard.theme import STATUS_LABELS
 from dashboard.scrubber import frame_scrubber
 from loaders import run_pages
 from loaders.inherited import episode_label, is_inherited
+from loaders.run import Run
 from loaders.scrubber import episode_scrub
 from mfm.boundary import UnsafePath
 from mfm.schema import IndexRow
@@ -63,7 +65,16 @@ step = parse_int(ui.qp("step"))
 view = ui.timeline(run, lo, hi, color_by)
 bars, marks, vitals = view.bars, view.marks, view.vitals
 sel = run.episode(ep_id) if ep_id else None
-fig = charts.timeline_figure(view, ep_id, step, (sel.first_step, sel.last_step, sel.life) if sel else None)
+
+
+def _chart(r: Run, lo: int, hi: int, color_by: str, ep: str | None, step: int | None,
+           span: tuple[int, int, int] | None) -> go.Figure:
+    """The page's figure, built once per run version and view (kept, not copied: only read)."""
+    return charts.timeline_figure(ui.timeline(r, lo, hi, color_by), ep, step, span)
+
+
+fig = ui.cached(_chart, max_entries=16, shared=True)(
+    run, lo, hi, color_by, ep_id, step, (sel.first_step, sel.last_step, sel.life) if sel else None)
 points = len(bars) + len(marks) + 4 * len(vitals)
 
 

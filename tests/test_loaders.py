@@ -1,6 +1,7 @@
 """Loaders and the dashboard's view functions, on written runs and damaged copies."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from conftest import write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, damage, make_root
-from dashboard import charts
+from dashboard import charts, theme
 from dashboard.core import (FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_range, resolve_run_key,
                             runs_root)
 from loaders import chart_data, run_pages
@@ -218,6 +219,49 @@ def test_grid_figure_has_legend_and_downwards_y(root: Path) -> None:
     lo, hi = fig.layout.yaxis.range
     assert lo > hi, "y must grow downwards as in the game"
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+
+
+def _scale_color(scale: tuple, lo: float, hi: float, v: float) -> str:
+    """The colour a stepped Plotly colour scale gives value ``v`` (cmin ``lo``, cmax ``hi``)."""
+    t = (v - lo) / (hi - lo)
+    return next(c for (a, c), (b, _) in zip(scale[::2], scale[1::2]) if a <= t <= b)
+
+
+def test_grid_episode_positions_coloured_by_life() -> None:
+    """Each episode end marker has its life's colour; lives and places read from index.jsonl."""
+    path = Path(__file__).resolve().parent.parent / "sample_runs" / "diamond_vista_s2_2500steps"
+    rows = [json.loads(line) for line in (path / "index.jsonl").read_text().splitlines()]
+    want = {(r["id"], r["x"], r["y"], r["life"]) for r in rows if r.get("x") is not None}
+    assert len({w[3] for w in want}) > len(theme.QUALITATIVE), "the sample must cycle the palette"
+    fig = charts.grid_figure(chart_data.grid(open_run(path)))
+    trace = next(t for t in fig.data if t.name.startswith("episode end position"))
+    m = trace.marker
+    got = {(cd[0], x, y, _scale_color(m.colorscale, m.cmin, m.cmax, c))
+           for cd, x, y, c in zip(trace.customdata, trace.x, trace.y, m.color)}
+    assert got == {(i, x, y, theme.life_color(life)) for i, x, y, life in want}
+
+
+def test_grid_merges_episode_positions_per_cell_above_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the limit, one marker per cell: the latest episode there, how many ended there and
+    the lives they span, recounted from index.jsonl; under it, one marker per episode."""
+    path = Path(__file__).resolve().parent.parent / "sample_runs" / "diamond_vista_s2_2500steps"
+    rows = [json.loads(line) for line in (path / "index.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r.get("x") is not None]
+    run = open_run(path)
+    assert chart_data.grid(run).merged == 0 and len(chart_data.grid(run).positions) == len(rows)
+    monkeypatch.setattr(chart_data, "POSITION_LIMIT", len(rows) - 1)
+    view = chart_data.grid(run)
+    assert view.merged == len(rows)
+    want: dict[tuple[int, int], dict] = {}
+    for r in rows:
+        w = want.setdefault((r["x"], r["y"]), {"count": 0, "first_life": r["life"]})
+        w.update(count=w["count"] + 1, id=r["id"], life=r["life"])
+    got = {(p.x, p.y): {"count": p.count, "first_life": p.first_life, "id": p.id, "life": p.life}
+           for p in view.positions.itertuples()}
+    assert got == want and len(view.positions) < len(rows)
+    assert view.positions["id"].iloc[-1] == rows[-1]["id"]
+    trace = next(t for t in charts.grid_figure(view).data if t.name.startswith("episode end positions"))
+    assert f"{len(rows)} merged" in trace.name and len(trace.x) == len(want)
 
 
 def test_episode_detail_and_frames(root: Path) -> None:

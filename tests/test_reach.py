@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -367,3 +368,81 @@ def test_a_recall_knows_its_life_and_the_life_that_showed_the_place(step: int, s
     index = [SimpleNamespace(id="ep_000001", life=0), SimpleNamespace(id="ep_000009", life=1)]
     out = recall_lives([{"name": "diamond", "step": step, "source": source}], index, [300, 700])
     assert out == [{"name": "diamond", "step": step, "source": source, "life": life, "source_life": source_life}]
+
+
+def _short_kit_game(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: int, steps: int, seed: int = 0,
+                    **task: Any) -> Path:
+    """A ``reach-kit-10000`` game with the delay (and any other task field) changed."""
+    import mfm.agent.runner as runner
+
+    base = load_task("reach-kit-10000")
+    short = dataclasses.replace(base, reach=dataclasses.replace(base.reach, delay=delay), **task)
+    real = runner.load_task
+    monkeypatch.setattr(runner, "load_task", lambda name: short if name == base.name else real(name))
+    return Runner(RunConfig(task=base.name, seed=seed, steps=steps, out=tmp_path / "run", fixed_clock=True)).run()
+
+
+def test_a_kit_reach_game_does_other_work_until_the_seal_opens(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reach-kit-*`` (the pickaxes in hand in every life, the only milestone the diamond):
+    no turn goes for the diamond before the delay, though it is in view at the start; after
+    it the diamond is collected. Read from the run's turns and manifest; the delay shortened
+    to 300 steps so the game is short."""
+    out = _short_kit_game(tmp_path, monkeypatch, 300, 1500)
+    turns = jsonl(out / "turns.jsonl")
+    decisions = [(t["first_step"], t["note"].rsplit("decision: ", 1)[-1]) for t in turns]
+    assert "diamond=1" in turns[0]["note"], "the diamond is in view at the start"
+    going = [s for s, d in decisions if d.startswith(("find diamond", "find a diamond"))]
+    assert going and min(going) >= 299
+    steps = json.loads((out / "run.json").read_text())["milestones"]
+    assert steps.get("collect_diamond", -1) >= 300
+
+
+@pytest.mark.parametrize("task, d", [("reach-1000", 1000), ("reach-kit-10000", 10000), ("ore-iron", None),
+                                     ("reach-kit-x", None), ("diamond", None)])
+def test_the_delay_is_read_from_the_task_name(task: str, d: int | None) -> None:
+    from loaders.paper_measures import delay
+
+    assert delay(task) == d
+
+
+def test_a_kit_task_gets_its_own_row_beside_the_plain_task_of_its_delay(tmp_path: Path) -> None:
+    """The same run filed under ``reach-1000`` and ``reach-kit-1000``: two rows of D = 1,000,
+    the plain task first, each counting its own run."""
+    import shutil
+
+    from loaders.compare import measures
+    from loaders.paper_measures import reach_success_table
+    from loaders.paper_tables import reach_success
+
+    for task in ("reach-1000", "reach-kit-1000"):
+        out = tmp_path / f"{task}_mfm_s0"
+        shutil.copytree(REACH_SAMPLE, out)
+        run = json.loads((out / "run.json").read_text())
+        run["task"], run["run_id"] = task, out.name
+        (out / "run.json").write_text(json.dumps(run))
+    ms = measures(tmp_path)
+    table = reach_success_table(ms)
+    assert list(zip(table["task"], table["delay"], table["seeds"])) == [("reach-1000", 1000, 1),
+                                                                        ("reach-kit-1000", 1000, 1)]
+    assert list(reach_success(ms)["D"]) == ["1000", "1000 (kit)"]
+
+
+def test_a_lookup_of_the_frames_may_be_made_again_once_the_note_is_gone(tmp_path: Path) -> None:
+    """The content search names the latest episode that showed a place. A lookup of that
+    episode for that thing is not made twice in a row, but it is made again
+    ``RECALL_AGAIN`` steps later while the place is not in the notes (evicted over the
+    budget): before, it was barred for good, and with the place's note evicted the agent
+    explored until its budget ran out (``reach-kit-10000`` seed 9, 12,000 steps)."""
+    from mfm.agent.policy import RECALL_AGAIN
+
+    runner = Runner(RunConfig(task="reach-kit-10000", seed=9, steps=40, out=tmp_path / "run", fixed_clock=True))
+    runner.run()
+    policy, tools, p = runner.policy, runner.tools, runner.harness.perception
+    shown = {r["episode"] for r in jsonl(tmp_path / "run" / "seen.jsonl") if r["material"] == "diamond"}
+    policy.recalled.clear()
+    first = [e.id for e in policy._recall(p, {"diamond"}, tools, {})]
+    assert first and set(first) <= shown
+    assert policy._recall(dataclasses.replace(p, step=p.step + RECALL_AGAIN - 1), {"diamond"}, tools, {}) == []
+    later = policy._recall(dataclasses.replace(p, step=p.step + RECALL_AGAIN), {"diamond"}, tools, {})
+    assert [e.id for e in later] == first

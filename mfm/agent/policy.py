@@ -30,6 +30,10 @@ RESOURCE_CAP = {"tree": 6, "water": 4, "stone": 4, "coal": 6, "iron": 8, "diamon
 SEEK_BY_FRAMES = ("water", "tree", "stone", "coal", "iron", "diamond")
 RECALL_CELLS = 2
 """Cells of each wanted thing a content search of the index looks up at once (nearest first)."""
+RECALL_AGAIN = 100
+"""Env steps before the same episode may be looked up again for the same thing at the same
+cell: once its note is gone from GUIDE.md (evicted over the budget, or retracted), the frames
+are the only record, so they are read again rather than never."""
 RECALLED = frozenset({"diamond"})
 """Things whose recalls (memory sending the player to them) the run's summary lists."""
 MAX_RECALLS = 200
@@ -101,7 +105,7 @@ class MFMPolicy:
         self.found = {"sight": Counter(), "inspection": Counter()}
         self.used_inspection: list[dict] = []
         self.inspect_sources: dict[Cell, tuple[str, ...]] = {}
-        self.recalled: set[tuple[str, Cell, str]] = set()
+        self.recalled: dict[tuple[str, Cell, str], int] = {}
         self.recalls: list[dict[str, Any]] = []
         self.recall_names = RECALLED | ({t for m in task.milestones if (t := _collects(m))} if task.kit else set())
         self.opened: set[Cell] = set()
@@ -259,7 +263,9 @@ class MFMPolicy:
     def _recall(self, p: Perception, names: set[str], tools: MemoryTools, facts: dict[str, Fact]) -> list[IndexRow]:
         """The episodes whose frames showed a wanted thing at a cell not known, not failed, not
         opened since (the grid says it was cut or mined: trees become grass, rock path) and
-        not looked up before (nearest cells first, :data:`RECALL_CELLS` per thing, at most
+        not looked up in the last :data:`RECALL_AGAIN` steps (a content search names the
+        latest episode that showed a cell, so a lookup barred for good would lose the place
+        for good once its note is evicted; nearest cells first, :data:`RECALL_CELLS` per thing, at most
         ``inspect_episodes // 4`` episodes): the index searched by content, every episode
         so far, however old."""
         refs: dict[str, IndexRow] = {}
@@ -267,9 +273,10 @@ class MFMPolicy:
         for name in sorted(names):
             hits = tools.find_seen(name, near=p.pos, limit=4 * RECALL_CELLS)
             fresh = [h for h in hits if h.cell not in known and h.cell not in self.opened and self.failed[h.cell] < 2
-                     and (name, h.cell, h.episode) not in self.recalled][:RECALL_CELLS]
+                     and p.step - self.recalled.get((name, h.cell, h.episode), -RECALL_AGAIN) >= RECALL_AGAIN
+                     ][:RECALL_CELLS]
             for h in fresh:
-                self.recalled.add((name, h.cell, h.episode))
+                self.recalled[(name, h.cell, h.episode)] = p.step
                 ref = tools.episode(h.episode)
                 if ref is not None and ref.frames and len(refs) < max(1, self.inspect_episodes // 4):
                     refs.setdefault(ref.id, ref)
@@ -647,10 +654,14 @@ class MFMPolicy:
 
     def _kit_target(self, p: Perception) -> str | None:
         """In a task that starts with a kit (past the tech tree): what the next milestone
-        collects, once the tool it needs is in hand (else the tech tree is followed)."""
+        collects, once the tool it needs is in hand and the target is not sealed (else the tech
+        tree is followed, then other work until the reach delay)."""
         nxt = next((m for m in self.task.milestones if m not in p.achievements), None)
         tile = _collects(nxt) if self.task.kit and nxt else None
         if tile is None or (tile in MINE_TOOL and not p.inventory.get(MINE_TOOL[tile], 0)):
+            return None
+        reach = self.task.reach
+        if reach is not None and reach.material == tile and p.step + 1 < reach.delay:
             return None
         return tile
 
