@@ -158,21 +158,20 @@ def grid_figure(view: GridView, cell: tuple[int, int] | None = None) -> go.Figur
             line=dict(color=theme.life_color(life), width=2),
             opacity=0.75, customdata=g["step"], hovertemplate="step %{customdata}<br>(%{x}, %{y})<extra>life "
             + str(life) + "</extra>"))
-    if len(positions) and view.merged:
+    if len(positions):
+        summary = positions["summary"].str.slice(0, 80)
+        if view.merged:
+            name = f"episode end positions, {view.merged} merged per cell (click to pick)"
+            data = [positions["count"], positions["first_life"], positions["life"], positions["id"], summary]
+            hover = ("(%{x}, %{y}): %{customdata[0]} episodes ended here, lives %{customdata[1]}–%{customdata[2]}"
+                     "<br>latest %{customdata[3]}: %{customdata[4]}")
+        else:
+            name, data = "episode end position (click to pick)", [positions["id"], summary]
+            hover = "%{customdata[0]} at (%{x}, %{y})<br>%{customdata[1]}"
         fig.add_trace(go.Scatter(
-            x=positions["x"], y=positions["y"], mode="markers",
-            name=f"episode end positions, {view.merged} merged per cell (click to pick)",
+            x=positions["x"], y=positions["y"], mode="markers", name=name,
             marker=dict(size=7, **_life_colors(positions["life"]), line=dict(width=1, color="#222")),
-            customdata=np.stack([positions["count"], positions["first_life"], positions["life"], positions["id"],
-                                 positions["summary"].str.slice(0, 80)], axis=-1),
-            hovertemplate="(%{x}, %{y}): %{customdata[0]} episodes ended here, lives %{customdata[1]}–"
-                          "%{customdata[2]}<br>latest %{customdata[3]}: %{customdata[4]}<extra></extra>"))
-    elif len(positions):
-        fig.add_trace(go.Scatter(
-            x=positions["x"], y=positions["y"], mode="markers", name="episode end position (click to pick)",
-            marker=dict(size=7, **_life_colors(positions["life"]), line=dict(width=1, color="#222")),
-            customdata=np.stack([positions["id"], positions["summary"].str.slice(0, 80)], axis=-1),
-            hovertemplate="%{customdata[0]} at (%{x}, %{y})<br>%{customdata[1]}<extra></extra>"))
+            customdata=np.stack(data, axis=-1), hovertemplate=hover + "<extra></extra>"))
     if len(deaths):
         fig.add_trace(go.Scatter(
             x=deaths["x"], y=deaths["y"], mode="markers", name="death",

@@ -263,11 +263,12 @@ class MFMPolicy:
     def _recall(self, p: Perception, names: set[str], tools: MemoryTools, facts: dict[str, Fact]) -> list[IndexRow]:
         """The episodes whose frames showed a wanted thing at a cell not known, not failed, not
         opened since (the grid says it was cut or mined: trees become grass, rock path) and
-        not looked up in the last :data:`RECALL_AGAIN` steps (a content search names the
-        latest episode that showed a cell, so a lookup barred for good would lose the place
-        for good once its note is evicted; nearest cells first, :data:`RECALL_CELLS` per thing, at most
-        ``inspect_episodes // 4`` episodes): the index searched by content, every episode
-        so far, however old."""
+        not looked up in the last :data:`RECALL_AGAIN` steps; nearest cells first,
+        :data:`RECALL_CELLS` per thing, at most ``inspect_episodes // 4`` episodes: the index
+        searched by content, every episode so far, however old.
+
+        A content search names the latest episode that showed a cell, so a lookup barred for
+        good would lose the place for good once its note was evicted."""
         refs: dict[str, IndexRow] = {}
         known = {parsed[2] for parsed in map(parse_cell_key, facts) if parsed}
         for name in sorted(names):
