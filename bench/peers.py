@@ -21,9 +21,11 @@ open). Bytes per step: file contents and allocated on disk (``st_blocks * 512``)
 files only and with the folders. The OS page cache is warm for every store alike.
 
 ``disk`` measures where the run's allocated bytes go (per kind of file, block rounding,
-folders), what the episodes would take packed into one uncompressed zip or tar (per run,
-per 1,000 episodes), what one record file per episode would take, and how fast a frame
-is read from the zip (fresh processes: open the central directory, then random frames).
+folders), what the run takes packed by ``mfm pack`` (``mfm.memory.packed``: one stored
+``episodes.zip``) and what other layouts would take (a zip or a tar per 1,000 episodes, a
+tar per run, a zip per episode, one record file per episode), and how fast mfm's own
+reader opens the packed copy and reads its frames against the run as written (fresh
+processes, the same random frames; a zip per episode read by a plain reader).
 
 Prints one JSON object per group and a Markdown table. The temporary copies are removed
 unless ``--keep``.
@@ -46,6 +48,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
+
+from mfm.memory.packed import pack_run
 
 INSTALL = "pip install tensorboardX==2.6.5 tensorboard==2.21.0 rerun-sdk==0.41.0"
 """The peers, pinned to the versions measured; installed for this benchmark only."""
@@ -494,24 +498,29 @@ def bench_disk(run: Path, work: Path, frames: int = 300, repeats: int = 3) -> di
     out: dict[str, Any] = {"steps": steps, "as_is": sizes(run), "breakdown": breakdown(run)}
     out["one_record_file_allocated"] = one_record_file(run) + sum(
         os.stat(p).st_blocks * 512 for p in run.iterdir() if p.is_file()) + BLOCK * 2
-    for how, per in (("zip", None), ("zip", 1000), ("zip", 1), ("tar", None), ("tar", 1000)):
+    for how, per in (("zip", 1000), ("zip", 1), ("tar", None), ("tar", 1000)):
         dest = work / f"packed_{how}_{per or 'all'}"
         t = time.perf_counter()
         pack(run, dest, how, per)
         out[f"{how}_{per or 'all'}"] = dict(sizes(dest), pack_s=time.perf_counter() - t)
-    zipped = work / "packed_zip_all"
+    packed = work / "mfm_pack"
+    shutil.copytree(run, packed, copy_function=os.link)
+    t = time.perf_counter()
+    pack_run(packed)
+    out["mfm_pack"] = dict(sizes(packed), pack_s=time.perf_counter() - t)
     t = time.perf_counter()
     with tarfile.open(work / "packed_tar_all" / "episodes.tar") as tf:
         tf.getmembers()
     out["tar_scan_s"] = time.perf_counter() - t
     pairs = pick_pairs(run, frames)
-    for name, packed in (("zip_reader", zipped), ("zip_per_episode_reader", work / "packed_zip_1")):
-        rs = [_child("mfm-zip", packed, pairs) for _ in range(repeats)]
+    for name, kind, where in (("mfm_pack_reader", "mfm", packed), ("mfm_reader", "mfm", run),
+                              ("zip_per_episode_reader", "mfm-zip", work / "packed_zip_1")):
+        rs = [_child(kind, where, pairs) for _ in range(repeats)]
         out[name] = {"open_s": _stats([r["open_s"] for r in rs]),
                      "cold_p50_ms": _stats([r["cold"]["p50_ms"] for r in rs]),
                      "cold_p95_ms": _stats([r["cold"]["p95_ms"] for r in rs]),
                      "warm_p50_ms": _stats([r["warm"]["p50_ms"] for r in rs])}
-    for key in [k for k in out if k.startswith(("zip_", "tar_")) and isinstance(out[k], dict) and "allocated" in out[k]]:
+    for key in [k for k in out if k.startswith(("zip_", "tar_", "mfm_pack")) and isinstance(out[k], dict) and "allocated" in out[k]]:
         out[key]["allocated_per_step"] = out[key]["allocated"] / steps
     out["as_is"]["allocated_per_step"] = out["as_is"]["allocated"] / steps
     out["as_is"]["allocated_files_per_step"] = out["as_is"]["allocated_files"] / steps

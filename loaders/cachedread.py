@@ -23,6 +23,7 @@ import pyarrow as pa
 
 import mfm.validate as core
 from loaders import fastread, tablecache
+from mfm.memory.packed import PACK
 from mfm.schema import TABLES, Problem, read_manifest
 from mfm.validate import EpisodeRef, FileCheck, RunContents, TableRead, read_one_table
 
@@ -171,13 +172,14 @@ def _problems(items: list) -> list[Problem]:
 
 
 def _files_key(run_dir: Path) -> list | None:
-    """What a cached file check depends on: the stat of the index and of ``episodes/``
-    (whose modification time changes when an episode folder is added, removed or renamed;
-    not when a file inside one is)."""
+    """What a cached file check depends on: the stat of the index, of ``episodes/`` (whose
+    modification time changes when an episode folder is added, removed or renamed; not when
+    a file inside one is) and of the run's pack (``episodes.zip``), one of the two there."""
     index, episodes = tablecache.stamp(run_dir / "index.jsonl"), tablecache.stamp(run_dir / "episodes")
-    if index is None or episodes is None or tablecache.cache_dir() is None:
+    pack = tablecache.stamp(run_dir / PACK)
+    if index is None or (episodes is None and pack is None) or tablecache.cache_dir() is None:
         return None
-    return [index, episodes]
+    return [index, episodes, pack]
 
 
 class CachedFileCheck(FileCheck):
@@ -209,7 +211,7 @@ class CachedFileCheck(FileCheck):
         key = self.key if all(path.rpartition("/")[0] == "episodes" for _, _, path, _, _ in refs) else None
         out = super().run(refs)
         if key is not None and _files_key(self.run_dir) == key and (
-                self.final or not any(tablecache.racy(k) for k in key)):
+                self.final or not any(tablecache.racy(k) for k in key if k is not None)):
             tablecache.store("files", os.path.abspath(self.run_dir), key, "json", _problems_json(out))
         return out
 

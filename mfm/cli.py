@@ -75,6 +75,46 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return worst
 
 
+def cmd_pack(args: argparse.Namespace) -> int:
+    """Pack (or ``--unpack``) each closed run's episodes into ``episodes.zip``; 1 if any run
+    could not be."""
+    from mfm.memory.packed import PackError, pack_run, unpack_run
+
+    worst = 0
+    for run in args.runs:
+        path = Path(run)
+        if not (path / "run.json").is_file():
+            print(f"mfm pack: {run}: not a run directory (no run.json)", file=sys.stderr)
+            worst = 1
+            continue
+        before = _allocated(path)
+        try:
+            report = unpack_run(path) if args.unpack else pack_run(path)
+        except (PackError, OSError) as e:
+            print(f"mfm pack: {run}: {e}", file=sys.stderr)
+            worst = 1
+            continue
+        if report.done:
+            fill_table_cache(path)
+        done = ("unpacked" if args.unpack else "packed") if report.done else (
+            "not packed, nothing to unpack" if args.unpack else "already packed, nothing to do")
+        print(f"{run}: {done}; {report.files} episode files, {report.bytes / 1e6:.1f} MB; "
+              f"on disk {before / 1e6:.1f} -> {_allocated(path) / 1e6:.1f} MB allocated")
+    return worst
+
+
+def _allocated(path: Path) -> int:
+    """Bytes a folder's files and subfolders take on disk (allocated blocks)."""
+    total = 0
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """Start the Streamlit dashboard on a runs root."""
     if missing_store("dashboard", args.root):
@@ -436,6 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="every figure one column (3.3 in) or full width (7 in); default: each figure's own")
     fg.add_argument("--html", action="store_true", help="also write index.html showing every figure and table")
     fg.set_defaults(func=cmd_figures)
+
+    pk = sub.add_parser("pack", help="pack a closed run's episode folders into one episodes.zip (storage, "
+                                     "transfer), or unpack it; readers read either")
+    pk.add_argument("runs", nargs="+", help="run directories (closed: finished, interrupted or crashed)")
+    pk.add_argument("--unpack", action="store_true", help="put the episode folders back and remove the zip")
+    pk.set_defaults(func=cmd_pack)
 
     d = sub.add_parser("dashboard", help="start the dashboard")
     d.add_argument("root", nargs="?", default="sample_runs", help="runs root (default: sample_runs)")

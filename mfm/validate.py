@@ -20,7 +20,8 @@ import numpy as np
 
 from mfm.boundary import UnsafePath, inside
 from mfm.memory.agent_memory import replay
-from mfm.memory.retrieval import FrameError, check_end_frame, decode_png, ends_in_strip
+from mfm.memory import packed
+from mfm.memory.retrieval import FrameError, check_end_frame, decode_image, ends_in_strip
 from mfm.schema import (FRAMES_PER_CHUNK, INHERITED, LOGS, MANIFEST, TABLES, IndexRow, Problem, RunManifest,
                         SeenRow, StepRow, frame_chunk, read_manifest, read_table)
 
@@ -336,13 +337,15 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str
     run through a symlink, and folders no index row names.
 
     ``listing``: the run's files under ``episodes/`` as relative POSIX paths, when they were
-    listed elsewhere (a run in object storage, ``mfm.objectstore``); then nothing is stat'ed.
+    listed elsewhere (a run in object storage, ``mfm.objectstore``); then nothing is stat'ed
+    (but the local copy of a packed run's ``episodes.zip``, fetched whole, is read).
 
     One directory listing of ``episodes/`` and plain ``os.lstat`` calls on path strings (a
     pathlib object per file costs more than the system call); a file or episode folder that
     is a symlink is resolved (``mfm.boundary.inside``). A symlinked folder inside an episode
     (``state/``, ``frames/``) is not looked for here: every read refuses what it leads to,
-    and ``--frames`` reports it."""
+    and ``--frames`` reports it. A file not in its folder counts when the run's pack
+    (``episodes.zip``, :mod:`mfm.memory.packed`) holds it."""
     out: list[Problem] = []
     root = str(run_dir) + os.sep
     if listing is not None:
@@ -352,16 +355,17 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str
             entries = {e.name: e.is_symlink() for e in os.scandir(root + "episodes") if e.is_dir()}
         except OSError:
             entries = {}
+    members, pack_folders = _pack_contents(run_dir, out)
     indexed = set()
 
     def kind(rel: str, linked: bool) -> str:
         """``file``, ``missing``, ``outside`` or ``other`` (not a regular file)."""
         if listing is not None:
-            return "file" if rel in listing else "missing"
+            return "file" if rel in listing or rel in members else "missing"
         try:
             mode = os.lstat(root + rel).st_mode
         except (OSError, ValueError):
-            return "missing"
+            return "file" if rel in members else "missing"
         if linked or stat.S_ISLNK(mode):
             try:
                 mode = os.stat(inside(run_dir, rel)).st_mode
@@ -374,7 +378,8 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str
     for n, ep, path, image, count in refs:
         indexed.add(path)
         parent, _, name = path.rpartition("/")
-        if (parent != "episodes" or name not in entries) and (listing is not None or not (run_dir / path).is_dir()):
+        if (parent != "episodes" or name not in entries) and path not in pack_folders and (
+                listing is not None or not (run_dir / path).is_dir()):
             out.append(Problem("index.jsonl", n, f"{ep}: episode folder {path} is missing"))
             continue
         folder_linked = entries.get(name, True) if parent == "episodes" else True
@@ -392,11 +397,22 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str
                 out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} {OUTSIDE}"))
             elif found != "file":
                 out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} is missing"))
-    for name in sorted(entries):
+    for name in sorted(set(entries) | {f.split("/")[1] for f in pack_folders}):
         if name.startswith("ep_") and f"episodes/{name}" not in indexed:
             out.append(Problem(f"episodes/{name}", 0, "episode folder not in index.jsonl (in flight when the run "
                                                        "stopped)", "warning"))
     return out
+
+
+def _pack_contents(run_dir: Path, out: list[Problem]) -> tuple[dict[str, packed.Member], set[str]]:
+    """The members and episode folders of the run's pack (none if it has none; a pack that
+    cannot be read is reported and counts as empty)."""
+    try:
+        found = packed.directory(run_dir)
+    except (packed.PackError, UnsafePath) as e:
+        out.append(Problem(packed.PACK, 0, str(e).removeprefix(f"{packed.PACK}: ")))
+        return {}, set()
+    return (found.members, found.folders()) if found is not None else ({}, set())
 
 
 def _rel(run_dir: Path, rel: str) -> str:
@@ -432,7 +448,7 @@ def _decode(c: RunContents, run_dir: Path, rel: str, n: int) -> np.ndarray | Non
     """One image of the run, decoded through the read boundary; None (and a problem, unless
     the file is missing: the file checks report that) when it cannot be."""
     try:
-        return decode_png(inside(run_dir, rel), rel)
+        return decode_image(run_dir, rel)
     except UnsafePath:
         c.problems.append(Problem("index.jsonl", n, f"{rel} {OUTSIDE}"))
     except FrameError as e:

@@ -1,11 +1,14 @@
 """Retrieval and inspection: filter the index, select references, load records and frames.
 
 Plain functions over a run directory, used by the agent (to recover details the index
-cues leave out) and by the dashboard (to show them). Nothing here writes.
+cues leave out) and by the dashboard (to show them). Nothing here writes. An episode's file
+is read from its folder when it is there, else from the run's packed copy
+(:mod:`mfm.memory.packed`).
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import threading
@@ -17,13 +20,18 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from mfm.boundary import UnsafePath, inside, read_json
+from mfm.boundary import MAX_JSON_FILE_BYTES, UnsafePath, inside, read_json
+from mfm.memory import packed
 from mfm.memory.index import EpisodeIndex, IndexQuery
-from mfm.schema import FRAMES_PER_CHUNK, IndexRow, frame_chunk
+from mfm.schema import FRAMES_PER_CHUNK, IndexRow, JSONError, frame_chunk, parse_json
 
 
 class FrameError(ValueError):
     """A frame that cannot be read; the message names the file and why."""
+
+
+class FrameMissing(FrameError):
+    """The image file is not there (and, where a run was given, not in its pack)."""
 
 
 @dataclass(frozen=True)
@@ -37,12 +45,19 @@ class EpisodeRecord:
 
 
 def _read_json(run_dir: Path, rel: str) -> dict | None:
-    """An episode record file as a dict; None where missing or unreadable. Raises
-    UnsafePath when the file (through a symlink) lies outside the run."""
+    """An episode record file (from its folder, else the run's pack) as a dict; None where
+    missing or unreadable. Raises UnsafePath when the file (through a symlink) lies outside
+    the run."""
     try:
         obj = read_json(run_dir, rel)
     except UnsafePath:
         raise
+    except FileNotFoundError:
+        try:
+            data = packed.member(run_dir, rel)
+            obj = None if data is None or len(data) > MAX_JSON_FILE_BYTES else parse_json(data)
+        except (packed.PackError, JSONError):
+            return None
     except (OSError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None
@@ -82,17 +97,18 @@ DECODED_BYTES = 256 * 1024 * 1024
 """Pixel bytes of decoded images :func:`read_png` keeps (least recently used go first)."""
 
 
-def decode_png(path: Path, name: str | None = None) -> np.ndarray:
-    """Decode an image to an HxWx3 uint8 array (read-only, not cached); raise FrameError
-    naming it (``name``, else the file name: never the server's absolute path)."""
-    label = name or Path(path).name
+def decode_png(path: Path | bytes, name: str | None = None) -> np.ndarray:
+    """Decode an image (a file, or its bytes) to an HxWx3 uint8 array (read-only, not
+    cached); raise FrameError naming it (``name``, else the file name: never the server's
+    absolute path), FrameMissing if the file is not there."""
+    label = name or ("image" if isinstance(path, bytes) else Path(path).name)
     try:
-        with Image.open(path) as im:
+        with Image.open(io.BytesIO(path) if isinstance(path, bytes) else path) as im:
             if im.width * im.height > MAX_PIXELS:
                 raise FrameError(f"{label}: image of {im.width}x{im.height} pixels is too large, not decoded")
             arr = np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
     except FileNotFoundError:
-        raise FrameError(f"{label}: missing") from None
+        raise FrameMissing(f"{label}: missing") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise FrameError(f"{label}: not a readable image ({str(e).replace(str(path), label)})") from None
     arr.setflags(write=False)
@@ -107,14 +123,19 @@ _decoded_lock = threading.Lock()
 def read_png(path: Path, name: str | None = None) -> np.ndarray:
     """:func:`decode_png`, served from a cache of decoded images bounded by their bytes
     (:data:`DECODED_BYTES`) while the file's modification time and size are unchanged."""
+    return _cached((str(path), _stamp(path)), lambda: decode_png(path, name))
+
+
+def _cached(key: tuple[str, tuple[int, int] | None], decode: Any) -> np.ndarray:
+    """The decoded image of ``key`` (where, and its (modification time, size) stamp; never
+    kept without a stamp), decoding it with ``decode()`` on a miss."""
     global _decoded_bytes
-    key = (str(path), _stamp(path))
     with _decoded_lock:
         hit = _decoded.get(key)
         if hit is not None:
             _decoded.move_to_end(key)
             return hit
-    arr = decode_png(path, name)
+    arr = decode()
     if key[1] is not None and arr.nbytes <= DECODED_BYTES // 8:
         with _decoded_lock:
             if key not in _decoded:
@@ -123,6 +144,46 @@ def read_png(path: Path, name: str | None = None) -> np.ndarray:
             while _decoded_bytes > DECODED_BYTES:
                 _decoded_bytes -= _decoded.popitem(last=False)[1].nbytes
     return arr
+
+
+def _pack_member(run_dir: Path, rel: str) -> tuple[packed.Directory, packed.Member]:
+    """The pack member ``rel`` of a run; FrameMissing if there is none, FrameError naming
+    the pack if it cannot be read."""
+    try:
+        found = packed.directory(run_dir)
+    except packed.PackError as e:
+        raise FrameError(f"{rel}: not in its folder, and {e}") from None
+    m = found.members.get(rel) if found is not None else None
+    if m is None:
+        raise FrameMissing(f"{rel}: missing")
+    return found, m
+
+
+def _member_bytes(found: packed.Directory, rel: str, m: packed.Member) -> bytes:
+    try:
+        return packed.read_member(found.path, rel, m)
+    except packed.PackError as e:
+        raise FrameError(str(e)) from None
+
+
+def read_image(run_dir: Path, rel: str, path: Path | None = None) -> np.ndarray:
+    """:func:`read_png` of the run's file ``rel`` (``path``: it, already through
+    :func:`~mfm.boundary.inside`), or of its pack member when the file is not there."""
+    try:
+        return read_png(path or inside(run_dir, rel), rel)
+    except FrameMissing:
+        found, m = _pack_member(run_dir, rel)
+    return _cached((f"{found.path}::{rel}", found.identity[2:]), lambda: decode_png(_member_bytes(found, rel, m), rel))
+
+
+def decode_image(run_dir: Path, rel: str) -> np.ndarray:
+    """:func:`decode_png` (not cached) of the run's file ``rel``, or of its pack member when
+    the file is not there."""
+    try:
+        return decode_png(inside(run_dir, rel), rel)
+    except FrameMissing:
+        found, m = _pack_member(run_dir, rel)
+    return decode_png(_member_bytes(found, rel, m), rel)
 
 
 def forget_decoded() -> None:
@@ -231,16 +292,22 @@ def _identity(path: str) -> tuple[int, int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
 
 
+def _where(key: tuple[str, str]) -> tuple[int, int, int, int] | None:
+    """The identity of the file a strip is read from: its own, else (not there) the run's
+    pack's."""
+    return _identity(os.path.join(*key)) or _identity(os.path.join(key[0], packed.PACK))
+
+
 def _recent_strip(key: tuple[str, str]) -> np.ndarray | None:
     """The strip :func:`episode_frame` read before for ``key`` (run folder, strip path as
     given) if that path still leads to the very file it was read from (same device, inode,
-    modification time and size): the same path passed the path check then, and nothing is
-    read from the file now."""
+    modification time and size; the pack's, for a strip read from it): the same path passed
+    the path check then, and nothing is read from the file now."""
     with _recent_lock:
         hit = _recent.get(key)
         if hit is not None:
             _recent.move_to_end(key)
-    if hit is None or hit[0] != _identity(os.path.join(*key)):
+    if hit is None or hit[0] != _where(key):
         return None
     return hit[1]
 
@@ -273,14 +340,15 @@ def _forget_recent() -> None:
         _recent_generation += 1
 
 
-def _read_strip(path: Path, name: str) -> np.ndarray:
-    """A frame strip: as this process wrote it (or is writing it) if the file is unchanged
-    since, else decoded."""
+def _read_strip(run_dir: Path, name: str, path: Path) -> np.ndarray:
+    """A frame strip (``path``: the run's file ``name``): as this process wrote it (or is
+    writing it) if the file is unchanged since, else decoded (from the pack if the file is
+    not there)."""
     with _written_lock:
         hit = _written.get(str(path))
     if hit is not None and (hit[0] is None or hit[0] == _stamp(path)):
         return hit[1]
-    return read_png(path, name)
+    return read_image(run_dir, name, path)
 
 
 def frame_hash(frame: np.ndarray) -> str:
@@ -293,7 +361,7 @@ def observation(run_dir: Path, ref: IndexRow) -> np.ndarray:
     it, else (format 1.1) the episode's last per-step frame, checked against the index's
     ``observation_hash``."""
     if ref.image:
-        return read_png(inside(run_dir, ref.image), ref.image)
+        return read_image(run_dir, ref.image)
     if ends_in_strip(ref):
         frame = episode_frame(run_dir, ref, ref.frames - 1)
         check_end_frame(ref, frame)
@@ -325,8 +393,8 @@ def episode_frame(run_dir: Path, ref: IndexRow, i: int, size: int | None = None)
     if strip is None:
         generation = _recent_generation
         inside(run_dir, chunk)
-        identity = _identity(os.path.join(*key))
-        strip = _read_strip(run_dir / chunk, chunk)
+        identity = _where(key)
+        strip = _read_strip(run_dir, chunk, run_dir / chunk)
         _keep_recent(key, identity, strip, generation)
     h = size or strip.shape[1]
     expected = min(FRAMES_PER_CHUNK, ref.frames - (i - row))
