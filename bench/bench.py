@@ -252,8 +252,8 @@ def bench_recording(steps: int = 3000, repeats: int = 5) -> dict:
     ``repeats`` pairs after one warm-up pair, the order inside a pair alternating (off-on,
     on-off, ...) so that a machine slowing down or speeding up over the minutes counts
     against neither mode; median and spread of the pairs' overhead, and the overhead of the
-    median steps/s, in wall time and in CPU time of the process (all threads: the encoder
-    thread's work counts even when a spare core hides it)."""
+    median steps/s, in wall time and in CPU time (the agent's process, all threads, and its
+    committer process: the committer's work counts even when a spare core hides it)."""
     from bench.nullrec import play
 
     tmp = Path(tempfile.mkdtemp())

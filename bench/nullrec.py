@@ -10,6 +10,7 @@ the :class:`~mfm.agent.runner.Runner` (its ``writer`` and ``frames`` arguments).
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -77,7 +78,7 @@ class NullRecorder:
 
     def writer(self, run_dir: Path, manifest: Any, clock: Clock) -> NullWriter:
         """The runner's writer (``Runner(writer=...)``), as ``mfm run`` makes it but recording nothing."""
-        return NullWriter(run_dir, manifest, self.frames, clock=clock, background_commit=True)
+        return NullWriter(run_dir, manifest, self.frames, clock=clock)
 
     def frame(self, run_dir: Path, ref: IndexRow, i: int) -> np.ndarray:
         """``retrieval.episode_frame`` for the run (``Runner(frames=...)``): the frame kept in memory."""
@@ -87,9 +88,16 @@ class NullRecorder:
         return frames[i]
 
 
+def _cpu() -> float:
+    """CPU seconds of this process (all threads) and of its children that have exited (the
+    committer process, once the run is closed)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def play(out: Path, steps: int, seed: int, on: bool) -> tuple[float, float, int, dict]:
     """Run the scripted agent for ``steps`` env steps; (wall seconds, CPU seconds of the
-    process, all threads, steps played, agent summary)."""
+    process and its committer process, steps played, agent summary)."""
     from mfm.agent.config import RunConfig
     from mfm.agent.runner import Runner
 
@@ -99,8 +107,8 @@ def play(out: Path, steps: int, seed: int, on: bool) -> tuple[float, float, int,
     else:
         null = NullRecorder()
         r = Runner(config, writer=null.writer, frames=null.frame)
-    t, cpu = time.perf_counter(), time.process_time()
+    t, cpu = time.perf_counter(), _cpu()
     r.run()
-    dt, dcpu = time.perf_counter() - t, time.process_time() - cpu
+    dt, dcpu = time.perf_counter() - t, _cpu() - cpu
     summary = r.summary()
     return dt, dcpu, summary["steps"], summary

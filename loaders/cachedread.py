@@ -250,7 +250,7 @@ def fill_closed_run(run_dir: str | Path) -> bool:
     as the stat taken for the key could change the file and leave that stat (size, times,
     inode, device) as it was, so the entry would be used for content it does not hold. A
     write in any later tick changes the modification and change times: a miss. Once the
-    writer has closed the run (every table flushed, the encoder thread joined, then
+    writer has closed the run (every table flushed, the committer process done, then
     ``run.json`` replaced with a final status: ``RunWriter.close``), it writes none of these
     files again, and no other writer writes into a run (``RunWriter`` refuses a folder that is
     not empty). What is left is another program rewriting a table within the tick of the

@@ -1,14 +1,18 @@
-"""Episodes committed on the episode store's thread while the next one plays."""
+"""Episodes committed by the episode store's committer process while the next one plays."""
 from __future__ import annotations
 
 import json
-import threading
+import os
+import signal
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
 
-from mfm.memory import RunWriter, episode_store
+from mfm.memory import RunWriter
+from mfm.memory.appendlog import WriteError
 from mfm.memory.retrieval import FrameError, episode_frame, forget_written, read_png
 from mfm.schema import StepRow, frame_chunk
 from mfm.validate import validate
@@ -49,31 +53,28 @@ def test_a_background_commit_writes_the_same_bytes(tmp_path: Path) -> None:
     assert [k for k in sync if sync[k] != bg[k]] == []
 
 
-@pytest.fixture
-def held_encoder(monkeypatch: pytest.MonkeyPatch):
-    """Frame strips are not encoded until the returned event is set."""
-    go = threading.Event()
-    real = episode_store.encode_strip
-
-    def held(arr: np.ndarray) -> bytes:
-        assert go.wait(30), "test never released the encoder"
-        return real(arr)
-
-    monkeypatch.setattr(episode_store, "encode_strip", held)
-    yield go
-    go.set()
+@contextmanager
+def stopped(w: RunWriter) -> Iterator[None]:
+    """The writer's committer process stopped (SIGSTOP) for the block: what is handed to it
+    stays in flight."""
+    pid = w.episodes.committer.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
-def test_an_episode_being_committed_is_searchable_and_its_frames_readable(tmp_path: Path, held_encoder) -> None:
+def test_an_episode_being_committed_is_searchable_and_its_frames_readable(tmp_path: Path) -> None:
     forget_written()
     w = RunWriter(tmp_path / "run", manifest(), background_commit=True)
-    row, frames = _episode(w, 0, np.random.default_rng(1))
-    strip = tmp_path / "run" / frame_chunk(row.path, 0)[0]
-    assert w.index.get(row.id) == row
-    assert not strip.exists() and not (tmp_path / "run" / "index.jsonl").exists()
-    for i, f in enumerate(frames):
-        assert np.array_equal(episode_frame(w.dir, row, i), f)
-    held_encoder.set()
+    with stopped(w):
+        row, frames = _episode(w, 0, np.random.default_rng(1))
+        strip = tmp_path / "run" / frame_chunk(row.path, 0)[0]
+        assert w.index.get(row.id) == row
+        assert not strip.exists() and not (tmp_path / "run" / "index.jsonl").exists()
+        for i, f in enumerate(frames):
+            assert np.array_equal(episode_frame(w.dir, row, i), f)
     w.wait()
     lines = (tmp_path / "run" / "index.jsonl").read_text().splitlines()
     assert [json.loads(x)["id"] for x in lines] == [row.id]
@@ -82,33 +83,46 @@ def test_an_episode_being_committed_is_searchable_and_its_frames_readable(tmp_pa
     w.close("finished")
 
 
-def test_a_failed_commit_is_raised_at_the_next_episode_and_the_run_still_closes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_commit_is_raised_at_the_next_episode_and_the_run_still_closes(tmp_path: Path) -> None:
+    """The second episode's folder cannot be made (a file is in its way): the committer's
+    error is raised (by a later episode's end, or here by ``wait``) naming the folder, the
+    committer writes nothing after it (at most one episode half-written), and the run
+    closes as crashed."""
     forget_written()
-    calls = {"n": 0}
-    real = episode_store.encode_strip
-
-    def failing(arr: np.ndarray) -> bytes:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise OSError("No space left on device")
-        return real(arr)
-
-    monkeypatch.setattr(episode_store, "encode_strip", failing)
     rng = np.random.default_rng(2)
-    w = RunWriter(tmp_path / "run", manifest(), background_commit=True)
-    first, _ = _episode(w, 0, rng)
-    failed, _ = _episode(w, 1, rng)
-    with pytest.raises(OSError, match="No space left"):
-        _episode(w, 2, rng)
-    w.close("crashed", end_reason="OSError")
     run = tmp_path / "run"
+    w = RunWriter(run, manifest(), background_commit=True)
+    first, _ = _episode(w, 0, rng)
+    (run / "episodes" / "ep_000001").write_bytes(b"in the way")
+    failed, _ = _episode(w, 1, rng)
+    _episode(w, 2, rng)
+    with pytest.raises(WriteError, match="Not a directory") as info:
+        w.wait()
+    assert info.value.filename.endswith("episodes/ep_000001")
+    w.close("crashed", end_reason="WriteError")
     assert json.loads((run / "run.json").read_text())["status"] == "crashed"
     assert [json.loads(x)["id"] for x in (run / "index.jsonl").read_text().splitlines()] == [first.id]
+    assert not (run / "episodes" / "ep_000002").exists()
     with pytest.raises(FrameError):
         episode_frame(run, failed, 0)
     c = validate(run)
-    assert not c.errors and any(p.file == f"episodes/{failed.id}" for p in c.problems)
+    assert not c.errors and [r.id for r in c.tables["index.jsonl"]] == [first.id]
+
+
+def test_a_committer_that_dies_is_a_write_error_and_the_run_still_closes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    run = tmp_path / "run"
+    w = RunWriter(run, manifest(), background_commit=True)
+    first, _ = _episode(w, 0, rng)
+    w.wait()
+    os.kill(w.episodes.committer.pid, signal.SIGKILL)
+    with pytest.raises(WriteError, match="the committer process (exited|stopped answering)"):
+        _episode(w, 1, rng)
+        w.wait()
+    w.close("crashed", end_reason="WriteError")
+    assert json.loads((run / "run.json").read_text())["status"] == "crashed"
+    assert [json.loads(x)["id"] for x in (run / "index.jsonl").read_text().splitlines()] == [first.id]
+    assert not validate(run).errors
 
 
 def test_the_manifest_is_rewritten_at_most_once_a_second_unless_something_new(tmp_path: Path,

@@ -1,5 +1,6 @@
 """A run killed with SIGKILL at random moments always reopens and validates, losing at most
-the episode in flight."""
+the episode in flight (its committer process writes the episodes it was handed, then exits:
+the checks start once it has)."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,14 @@ from loaders import open_run
 from mfm.validate import validate
 
 
+def _state(pid: str) -> str:
+    """The state letter of a process (``Z``: exited, not reaped), "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
+
+
 @pytest.mark.parametrize("kill_after", [random.Random(7).uniform(0.0, 4.0) for _ in range(4)])
 def test_sigkill_at_a_random_moment(tmp_path: Path, kill_after: float):
     out = tmp_path / "run"
@@ -28,8 +37,12 @@ def test_sigkill_at_a_random_moment(tmp_path: Path, kill_after: float):
     time.sleep(kill_after)
     if proc.poll() is not None:
         pytest.skip("the run finished before it could be killed")
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    committers = children.read_text().split() if children.exists() else []
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in committers):
+        time.sleep(0.01)
     c = validate(out, frames=True)
     assert c.errors == [], [str(p) for p in c.errors]
     index = c.tables["index.jsonl"]

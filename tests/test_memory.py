@@ -67,29 +67,6 @@ def test_frames_just_written_match_the_files_and_follow_a_changed_file(tmp_path:
     assert np.array_equal(episode_frame(run.dir, ref, 0), run.frames[other.first_step + 1])
 
 
-def test_wait_writes_images_the_busy_encoder_has_not_started(tmp_path: Path):
-    import threading
-
-    from mfm.memory.episode_store import EpisodeStore
-
-    store = EpisodeStore(tmp_path)
-    release = threading.Event()
-    blocker = store._encoder.submit(release.wait, 30)
-    rec = store.begin(kind="episode", life=0, turn=0, action_kind="x", first_step=0, action={})
-    frame = np.full((64, 64, 3), 7, np.uint8)
-    rec.frames.append(frame)
-    store.finalize(rec, observation=frame, state={}, outcome={}, summary="", tags=[], events=[], x=0, y=0,
-                   outcome_label=None)
-    store.wait()
-    assert not blocker.done()
-    assert (tmp_path / rec.path / "frames" / "00000.webp").exists()
-    forget_written()
-    assert np.array_equal(episode_frame(tmp_path, store.index_row(
-        rec, observation=frame, summary="", tags=[], events=[], x=0, y=0, outcome_label=None), 0), frame)
-    release.set()
-    store.close()
-
-
 @pytest.mark.parametrize("changed", [False, True])
 def test_end_observation_is_stored_once(tmp_path: Path, changed: bool):
     """The end observation is the last strip frame unless the harness changed it; then (and

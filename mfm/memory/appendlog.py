@@ -124,13 +124,20 @@ class AppendLog:
             records = (records,)
         self._pending.extend(r.to_json() for r in records)
 
-    def flush(self) -> None:
-        """Write every queued line in one call and flush it to the OS (and disk if fsync)."""
+    def take(self) -> bytes:
+        """The bytes :meth:`flush` would append now, taken out of the queue (for a writer that
+        appends them later, elsewhere)."""
         if not self._pending:
-            return
+            return b""
         data = ("\n".join(self._pending) + "\n").encode("utf-8")
         self._pending.clear()
-        append_bytes(self.path, data, self.fsync)
+        return data
+
+    def flush(self) -> None:
+        """Write every queued line in one call and flush it to the OS (and disk if fsync)."""
+        data = self.take()
+        if data:
+            append_bytes(self.path, data, self.fsync)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -1,10 +1,10 @@
 """Episodic memory: each interaction interval with its lossless frames, states, action, outcome.
 
 An episode is recorded in memory while it runs and written once, whole, when it is
-finalized; a finished episode is never rewritten. Its files are written on a background
-thread (the encoder) while the caller goes on; the run writer has that thread append the
-episode's index row (the commit marker) once they are on disk, and
-:meth:`EpisodeStore.wait` returns when all of it is done. Its files (MFM layout):
+finalized; a finished episode is never rewritten. A running agent's episodes are written
+by a committer process (:mod:`mfm.memory.committer`) while the agent goes on, the
+episode's index row (the commit marker) appended after its files, by whoever wrote them;
+:meth:`EpisodeStore.wait` returns once all of it is on disk. Its files (MFM layout):
 ``episodes/ep_NNNNNN/{observation/image.png, state/state.json, action.json, outcome.json}``
 plus our per-step frames, ``frames/NNNNN.webp``: lossless vertical strips of up to
 ``FRAMES_PER_CHUNK`` frames, so one step's frame is read by decoding one small image. Since
@@ -17,20 +17,26 @@ from __future__ import annotations
 import io
 import json
 import os
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from mfm.memory.appendlog import write_file, writing
+from mfm.memory.appendlog import AppendLog, append_bytes, write_file, writing
+from mfm.memory.committer import Committer
 from mfm.memory.retrieval import forget_pending, frame_hash, remember_pending, remember_written
 from mfm.schema import FRAMES_PER_CHUNK, IndexRow, StepRow, episode_id, frame_chunk
 
 Image.MAX_IMAGE_PIXELS = 64_000_000
+
+
+IN_FLIGHT = 8
+"""Episodes handed to the committer process and not answered yet, at most. A process killed
+loses none of them (the committer writes them all, then exits); a committer killed loses
+them all, and the run is closed as crashed."""
 
 
 def encode_png(arr: np.ndarray) -> bytes:
@@ -43,7 +49,7 @@ def encode_png(arr: np.ndarray) -> bytes:
 STRIP_WEBP = {"lossless": True, "quality": 50, "method": 1}
 """Encoder settings of the frame strips. Lossless: ``quality`` and ``method`` set the
 encoder's effort, not fidelity. Method 1 at quality 50 stores Crafter frames in ~15% fewer
-bytes than method 0 for ~3x its encoding time (~0.7 ms a frame), which the encoder thread
+bytes than method 0 for ~3x its encoding time (~0.7 ms a frame), which the committer process
 spends off the agent's path (docs/benchmarks.md, figures 5 and 6)."""
 
 
@@ -52,26 +58,6 @@ def encode_strip(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(arr, dtype=np.uint8)).save(buf, format="WEBP", **STRIP_WEBP)
     return buf.getvalue()
-
-
-ENCODER_NICE = 0
-"""A nice increment for the encoder thread (Linux only; 0 leaves its priority alone). It was
-10 while the agent's frame decoder used numpy's BLAS, whose worker threads the encoder then
-took a core from; the decoder has not used BLAS since issue 23. On a busy machine a niced
-encoder is starved and the agent waits for it: on 3,000 steps under load, 10 kept the agent
-waiting 4.7-5.1 s for the previous commit and its commits took 14-16 s in all, 0 1.2-1.7 s
-and 7.7-8.8 s, for the same CPU (docs/benchmarks.md, figure 5)."""
-
-
-def _lower_priority() -> None:
-    """Initializer of the encoder thread: lower its scheduling priority by ``ENCODER_NICE``
-    where the OS allows."""
-    if not ENCODER_NICE:
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + ENCODER_NICE)
-    except (AttributeError, OSError):
-        pass
 
 
 def write_strips(root: Path, episode_path: str, frames: list[np.ndarray]) -> None:
@@ -100,49 +86,68 @@ def _mkdir(path: Path) -> None:
         pass
 
 
+def write_episode_files(ep_dir: str, records: list[tuple[str, Any]], strips: list[tuple[str, np.ndarray]],
+                        observation: np.ndarray | None, line: tuple[str, bytes, bool] | None) -> None:
+    """Write a finalized episode's files: its records, its frame strips, its end observation
+    (when not in the strips), then ``line`` (the index file, the row's bytes, fsync), the
+    commit marker. An OSError is raised as WriteError naming the folder or the file."""
+    folder = Path(ep_dir)
+    with writing(folder):
+        _mkdir(folder)
+        _mkdir(folder / "state")
+        for rel, obj in records:
+            write_file(folder / rel, dump_json(obj))
+        if strips:
+            _mkdir(folder / "frames")
+        for path, strip in strips:
+            write_file(Path(path), encode_strip(strip))
+        if observation is not None:
+            _mkdir(folder / "observation")
+            write_file(folder / "observation" / "image.png", encode_png(observation))
+    if line is not None:
+        append_bytes(Path(line[0]), line[1], line[2])
+
+
 @dataclass
 class _Commit:
-    """What is left to write of a finalized episode: its records, images and, last, whatever
-    the caller adds (the run writer's index row). Runs once, on the encoder thread or, if
-    that has not started it, on the thread that waits for it."""
+    """A finalized episode on its way to disk: its files and index line
+    (:func:`write_episode_files`), written by the committer process or at once."""
 
     root: Path
     episode_path: str
     records: list[tuple[str, Any]]
     strips: list[tuple[Path, np.ndarray]]
     observation: np.ndarray | None
-    row: IndexRow
-    then: Callable[[IndexRow], None] | None = None
+    line: tuple[str, bytes, bool] | None
 
     def __post_init__(self) -> None:
         for path, strip in self.strips:
             remember_pending(path, strip)
 
+    def job(self) -> tuple:
+        """The arguments of :func:`write_episode_files` for this episode."""
+        return (str(self.root / self.episode_path), self.records, [(str(p), s) for p, s in self.strips],
+                self.observation, self.line)
+
     def run(self) -> None:
-        """Write the records, then the images, then call ``then``. Each system call releases
-        the GIL, which the encoder thread then has to take back from the agent's thread, so
-        folders are made with one ``mkdir`` each and files written with three calls."""
-        ep_dir = self.root / self.episode_path
+        """Write the files here and now, then :meth:`done`."""
         try:
-            with writing(ep_dir):
-                _mkdir(ep_dir)
-                _mkdir(ep_dir / "state")
-                for rel, obj in self.records:
-                    write_file(ep_dir / rel, dump_json(obj))
-                if self.strips:
-                    _mkdir(ep_dir / "frames")
-                for path, strip in self.strips:
-                    write_file(path, encode_strip(strip))
-                    remember_written(path, strip)
-                if self.observation is not None:
-                    _mkdir(ep_dir / "observation")
-                    write_file(ep_dir / "observation" / "image.png", encode_png(self.observation))
+            write_episode_files(*self.job())
         except BaseException:
-            for path, _ in self.strips:
-                forget_pending(path)
+            self.failed()
             raise
-        if self.then is not None:
-            self.then(self.row)
+        self.done()
+
+    def done(self) -> None:
+        """The files are on disk: serve the strips from memory while they are unchanged
+        (``retrieval.remember_written``)."""
+        for path, strip in self.strips:
+            remember_written(path, strip)
+
+    def failed(self) -> None:
+        """The files could not be written: stop serving the strips from memory."""
+        for path, _ in self.strips:
+            forget_pending(path)
 
 
 def dump_json(obj: Any) -> bytes:
@@ -184,16 +189,21 @@ class EpisodeRecording:
 
 
 class EpisodeStore:
-    """Writes finished episodes under ``run_dir/episodes``. Append-only: one id, one write."""
+    """Writes finished episodes under ``run_dir/episodes``. Append-only: one id, one write.
 
-    def __init__(self, run_dir: Path) -> None:
+    ``background``: the files are written by a committer process (:mod:`mfm.memory.committer`)
+    while the caller goes on, at most :data:`IN_FLIGHT` episodes behind; else at once, by
+    the caller. ``index_log``: each episode's row is appended to it once the episode's files
+    are on disk (by whoever wrote them)."""
+
+    def __init__(self, run_dir: Path, background: bool = False, index_log: AppendLog | None = None) -> None:
         self.root = run_dir
         (run_dir / "episodes").mkdir(parents=True, exist_ok=True)
         existing = [p.name for p in (run_dir / "episodes").iterdir() if p.name.startswith("ep_")]
         self._next = max((int(n[3:]) for n in existing if n[3:].isdigit()), default=-1) + 1
-        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfm-frames",
-                                           initializer=_lower_priority)
-        self._pending: list[tuple[Future, _Commit]] = []
+        self.committer = Committer(run_dir) if background and os.name == "posix" else None
+        self.index_log = index_log
+        self._pending: deque[_Commit] = deque()
 
     def begin(self, *, kind: str, life: int, turn: int | None, action_kind: str | None,
               first_step: int, action: dict) -> EpisodeRecording:
@@ -204,13 +214,12 @@ class EpisodeStore:
 
     def finalize(self, rec: EpisodeRecording, *, observation: np.ndarray, state: dict, outcome: dict,
                  summary: str, tags: list[str], events: list[str], x: float | None, y: float | None,
-                 outcome_label: str | None, note: str | None = None,
-                 then: Callable[[IndexRow], None] | None = None) -> IndexRow:
-        """Queue the episode's files and return its index row. The files are written on the
-        encoder thread, then ``then`` is called there (the run writer appends the index row,
-        the commit marker, so it is written only once the files are on disk); :meth:`wait`
-        returns once that is done. Until then the frame strips are served to this process's
-        readers from memory (``retrieval.remember_pending``)."""
+                 outcome_label: str | None, note: str | None = None) -> IndexRow:
+        """Write the episode's files and index line, or hand them to the committer process
+        (first taking the answers it has given, and waiting for the oldest while more than
+        :data:`IN_FLIGHT` are out), and return its index row. Until the files are written the
+        frame strips are served to this process's readers from memory
+        (``retrieval.remember_pending``); :meth:`wait` returns once every episode is."""
         if (self.root / rec.path / "outcome.json").exists():
             raise FileExistsError(f"{rec.path} is already finalized; finished episodes are never rewritten")
         row = self.index_row(rec, observation=observation, summary=summary, tags=tags, events=events, x=x, y=y,
@@ -218,35 +227,53 @@ class EpisodeStore:
         records = [("state/state.json", state),
                    ("action.json", {"turn": rec.turn, "first_step": rec.first_step, **rec.action}),
                    ("outcome.json", {"last_step": rec.last_step, "tags": tags, "events": events, **outcome})]
+        line = None
+        if self.index_log is not None:
+            self.index_log.append(row)
+            line = (str(self.index_log.path), self.index_log.take(), self.index_log.fsync)
         commit = _Commit(self.root, rec.path, records, _strips(self.root, rec.path, rec.frames),
-                         None if row.image is None else np.array(observation, dtype=np.uint8), row, then)
-        self._pending.append((self._encoder.submit(commit.run), commit))
+                         None if row.image is None else np.array(observation, dtype=np.uint8), line)
+        if self.committer is None:
+            commit.run()
+            return row
+        try:
+            self._collect(IN_FLIGHT - 1)
+            self.committer.send(commit.job())
+        except BaseException:
+            commit.failed()
+            raise
+        self._pending.append(commit)
         return row
 
-    def wait(self) -> None:
-        """Return once every finalized episode is on disk (re-raises a write error).
-
-        Commits the encoder thread has not started yet (it may not have had a core on a busy
-        machine) are run here, in order, by the caller's thread."""
-        pending, self._pending = self._pending, []
+    def _collect(self, keep: int) -> None:
+        """Take the committer's answers: those already given, and more, oldest first, until at
+        most ``keep`` episodes are out. Raises the first error (after taking them all)."""
         error: BaseException | None = None
-        for f, commit in pending:
+        while self._pending and (len(self._pending) > keep or self.committer.ready()):
+            commit = self._pending.popleft()
             try:
-                if f.cancel():
-                    commit.run()
-                else:
-                    f.result()
+                self.committer.result()
             except BaseException as e:
+                commit.failed()
                 error = error or e
+                continue
+            commit.done()
         if error is not None:
             raise error
 
+    def wait(self) -> None:
+        """Return once every finalized episode is on disk with its index line, in order
+        (re-raises the first write error)."""
+        if self.committer is not None:
+            self._collect(0)
+
     def close(self) -> None:
-        """Wait for the episodes in flight and stop the encoder thread."""
+        """Wait for the episodes in flight and stop the committer process."""
         try:
             self.wait()
         finally:
-            self._encoder.shutdown(wait=True)
+            if self.committer is not None:
+                self.committer.close()
 
     @staticmethod
     def index_row(rec: EpisodeRecording, *, observation: np.ndarray, summary: str, tags: list[str],

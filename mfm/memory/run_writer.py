@@ -2,15 +2,14 @@
 
 Each episode is committed whole by :meth:`RunWriter.end_episode`: its trace, grid, seen,
 milestone and life rows first (flushed), then its folder (records, frame strips,
-observation image, written on the episode store's background thread), then, once those are
-on disk, its index row (the commit marker), appended by that thread; the log section and
-the manifest (at most once a second, ``MANIFEST_EVERY_S``) are written meanwhile. With
-``background_commit=False`` ``end_episode`` waits for the commit; with ``True`` it returns
-at once and waits for the previous episode's commit instead, so the files of an episode
-are written while the next one plays and at most one episode is committed late. A process
-killed at any moment loses at most the episode in flight and, in background mode, the one
-being committed: an episode is in the index only if its files are on disk
-(``tests/test_crash.py``). A write that fails (disk full, read-only file system, I/O error,
+observation image), then, once those are on disk, its index row (the commit marker); the
+log section and the manifest (at most once a second, ``MANIFEST_EVERY_S``) are written
+meanwhile. With ``background_commit=False`` ``end_episode`` writes the folder and the row
+itself; with ``True`` the episode store's committer process writes them while the next
+episodes play (``mfm.memory.committer``; at most ``episode_store.IN_FLIGHT`` behind). A
+process killed at any moment loses at most the episode in flight (the committer writes
+every episode it was handed, then exits): an episode is in the index only if its files are
+on disk (``tests/test_crash.py``). A write that fails (disk full, read-only file system, I/O error,
 no permission) raises :class:`~mfm.memory.appendlog.WriteError`, and :meth:`RunWriter.close`
 still marks the run ``crashed`` in ``run.json`` when it can (``tests/test_disk_full.py``).
 """
@@ -65,9 +64,9 @@ class RunWriter:
         self.dir = run_dir
         self.manifest = manifest
         self._write_manifest()
-        self.episodes = EpisodeStore(run_dir)
         self.index = EpisodeIndex()
-        self._index_log = AppendLog(run_dir / "index.jsonl", fsync)
+        self.episodes = EpisodeStore(run_dir, background=background_commit,
+                                     index_log=AppendLog(run_dir / "index.jsonl", fsync))
         self.background_commit = background_commit
         self.grid = SpatialGrid(log=AppendLog(run_dir / "grid.jsonl", fsync))
         self.content = ContentIndex(log=AppendLog(run_dir / "seen.jsonl", fsync))
@@ -143,7 +142,6 @@ class RunWriter:
         ``tags``, ``events``, ``x``, ``y``, ``outcome_label`` and ``note``: its index row
         (:meth:`EpisodeStore.index_row`); ``log_lines``: more lines of its ``logs.txt`` section;
         ``seen``: the cells its frames showed, per material (``seen.jsonl``)."""
-        self.episodes.wait()
         self._steps.append(rec.steps)
         self._steps.flush()
         for g in grid:
@@ -154,15 +152,12 @@ class RunWriter:
         self._milestones.flush()
         self._lives.flush()
         row = self.episodes.finalize(rec, observation=observation, state=state, outcome=outcome, summary=summary,
-                                     tags=tags, events=events, x=x, y=y, outcome_label=outcome_label, note=note,
-                                     then=self._commit_row)
+                                     tags=tags, events=events, x=x, y=y, outcome_label=outcome_label, note=note)
         self.index.append(row)
         self._log_section(row, log_lines)
         self.manifest = dataclasses.replace(self.manifest, last_step=max(self.manifest.last_step, row.last_step))
         if self._manifest_due():
             self._write_manifest()
-        if not self.background_commit:
-            self.episodes.wait()
         return row
 
     def add_seen(self, rec: EpisodeRecording, seen: Mapping[str, Iterable[tuple[int, int]]]) -> None:
@@ -171,11 +166,6 @@ class RunWriter:
             self.content.append(SeenRow(episode=rec.id, life=rec.life, first_step=rec.first_step,
                                         last_step=rec.last_step, material=material,
                                         cells=tuple([x, y] for x, y in cells)))
-
-    def _commit_row(self, row: IndexRow) -> None:
-        """Append an episode's index row (on the episode store's thread, its files on disk)."""
-        self._index_log.append(row)
-        self._index_log.flush()
 
     def wait(self) -> None:
         """Return once every ended episode is committed (a no-op without ``background_commit``)."""
