@@ -236,3 +236,22 @@ def test_a_packed_run_in_a_bucket_validates_as_on_disk_and_shows_its_frames(s3, 
     assert not mirrored.problems, mirrored.problems
     step = jsonl(run / "index.jsonl")[-1]["first_step"] + 1
     assert np.array_equal(mirrored.frame(step), stored_frame(SAMPLES / RUNS[0], step))
+
+
+def test_the_frames_page_on_a_packed_run_counts_the_pixels_of_the_original_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The world-aligned comparison of two frames, served from a packed run, reports the
+    changed pixels computed here from the original run's strips."""
+    from conftest import open_app, texts, use_root
+    from test_frame_compare import move_pair, raw_aligned, raw_frame, raw_position, raw_valid
+
+    root = tmp_path / "root"
+    root.mkdir()
+    packed_copy(root, RUNS[0])
+    use_root(monkeypatch, root)
+    s, t = move_pair()
+    at = open_app("frames", runs=RUNS[0], frames=f"{RUNS[0]}:{s},{RUNS[0]}:{t}", diff="1", align="1", thr="8")
+    a, b = raw_frame(s), raw_frame(t)
+    (xa, ya), (xb, yb) = raw_position(s), raw_position(t)
+    changed = np.abs(a.astype(int) - raw_aligned(b, xa - xb, ya - yb).astype(int)).max(axis=-1) > 8
+    assert f"{int((changed & raw_valid(a, xa - xb, ya - yb)).sum())} px changed by more than 8 levels" in texts(at)
