@@ -18,7 +18,7 @@ from mfm.validate import validate
 
 
 def _state(pid: str) -> str:
-    """The state letter of a process (``Z``: exited, not reaped), "" once it is gone."""
+    """The state letter of a process: ``Z`` once it has exited (reaped or not)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
