@@ -123,7 +123,9 @@ def _read_directory(path: str) -> dict[str, Member]:
     try:
         with zipfile.ZipFile(path) as z:
             infos = z.infolist()
-    except (OSError, zipfile.BadZipFile, ValueError, NotImplementedError) as e:
+    except OSError as e:
+        raise PackError(f"{PACK}: cannot be read ({e.strerror or type(e).__name__})") from None
+    except (zipfile.BadZipFile, ValueError, NotImplementedError) as e:
         raise PackError(f"{PACK}: not a readable zip ({e})") from None
     return {i.filename: Member(i.header_offset, i.compress_size, i.file_size, i.compress_type, i.CRC)
             for i in infos if not i.is_dir()}
