@@ -24,7 +24,7 @@ import pyarrow as pa
 import mfm.validate as core
 from loaders import fastread, tablecache
 from mfm.memory.packed import PACK
-from mfm.schema import TABLES, Problem, read_manifest
+from mfm.schema import CLOSED_STATUSES, TABLES, Problem, read_manifest
 from mfm.validate import EpisodeRef, FileCheck, RunContents, TableRead, read_one_table
 
 FAST_TABLES = {"index.jsonl": (None, "id"), "steps.jsonl": ("step", None), "grid.jsonl": (None, None),
@@ -231,10 +231,6 @@ def validate(run_dir: Path, frames: bool = False, cache: bool = False, final: bo
                          files=functools.partial(CachedFileCheck, final=final), lazy=lazy)
 
 
-CLOSED = ("finished", "interrupted", "crashed")
-"""The statuses a writer gives a run when it closes it (``running`` until then)."""
-
-
 def fill_closed_run(run_dir: str | Path) -> bool:
     """Fill the table cache for a run that its writer has just closed, exactly as the first
     open of the run would (:class:`loaders.run.Run` reads through ``validate(..., cache=True)``
@@ -263,7 +259,7 @@ def fill_closed_run(run_dir: str | Path) -> bool:
     try:
         run = Path(run_dir).resolve()
         manifest = read_manifest(run)[0]
-        if manifest is None or manifest.status not in CLOSED:
+        if manifest is None or manifest.status not in CLOSED_STATUSES:
             return False
         validate(run, cache=True, final=True)
     except Exception:  # noqa: BLE001 - the cache is derived; the first open reads the run instead

@@ -42,6 +42,8 @@ MAX_COORD = 1e7
 FRAMES_PER_CHUNK = 64
 
 RUN_STATUSES = ("running", "finished", "interrupted", "crashed")
+CLOSED_STATUSES = RUN_STATUSES[1:]
+"""The statuses a writer gives a run when it closes it (``running`` until then)."""
 EPISODE_KINDS = ("initial", "episode")
 OUTCOMES = ("done", "failed", "interrupted")
 GRID_KINDS = ("walked", "placed", "opened", "blocked", "hazard", "water")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mfm.boundary import UnsafePath, inside
-from mfm.schema import plain_relative
+from mfm.schema import CLOSED_STATUSES, plain_relative
 
 PACK = "episodes.zip"
 """The packed copy's name, in the run folder."""
@@ -45,8 +45,6 @@ PARTIAL = PACK + ".partial"
 """The name a pack is written under until it is complete and checked."""
 MAX_MEMBER_BYTES = 64 * 1024 * 1024
 """A member larger than this (stored or once inflated) is refused unread."""
-CLOSED = ("finished", "interrupted", "crashed")
-"""The statuses ``run.json`` must have for a run to be packed (its writer is done)."""
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 _KEPT = 64
 """Central directories kept (one per packed run read lately)."""
@@ -229,9 +227,9 @@ def pack_run(run_dir: str | Path) -> Report:
     says the run was closed."""
     run_dir = Path(run_dir)
     status = _status(run_dir)
-    if status not in CLOSED:
+    if status not in CLOSED_STATUSES:
         raise PackError(f"{run_dir.name}/run.json: status {status!r}; only a closed run is packed "
-                        f"({', '.join(CLOSED)})")
+                        f"({', '.join(CLOSED_STATUSES)})")
     on_disk = _files(run_dir)
     old = directory(run_dir)
     if not on_disk:
@@ -253,7 +251,7 @@ def pack_run(run_dir: str | Path) -> Report:
             total += len(data)
     with open(partial, "rb") as f:
         os.fsync(f.fileno())
-    _check(partial, run_dir, disk)
+    _check(partial)
     os.replace(partial, run_dir / PACK)
     _sync_dir(run_dir)
     shutil.rmtree(run_dir / "episodes")
@@ -261,11 +259,11 @@ def pack_run(run_dir: str | Path) -> Report:
     return Report(run_dir.name, len(names), total, True)
 
 
-def _check(path: Path, run_dir: Path, disk: set[str]) -> None:
-    """Every member of a new pack reads back as the file it was made from."""
+def _check(path: Path) -> None:
+    """Every member of a new pack reads back with the size and CRC of the bytes written
+    (:func:`read_member` checks both); PackError, and nothing removed, if one does not."""
     for name, m in _read_directory(str(path)).items():
-        if name in disk and read_member(str(path), name, m) != (run_dir / name).read_bytes():
-            raise PackError(f"{PARTIAL}: {name} does not read back as written; nothing removed")
+        read_member(str(path), name, m)
 
 
 def _sync_dir(path: Path) -> None:
@@ -297,12 +295,12 @@ def unpack_run(run_dir: str | Path) -> Report:
         target = run_dir / name
         if target.exists():
             continue
-        data = read_member(found.path, name, m)
-        target.parent.mkdir(parents=True, exist_ok=True)
         try:
             inside(run_dir, name)
         except UnsafePath as e:
             raise PackError(f"{PACK}: {e}") from None
+        data = read_member(found.path, name, m)
+        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + ".partial")
         tmp.write_bytes(data)
         os.replace(tmp, target)

@@ -282,20 +282,10 @@ _recent_generation = 0
 _recent_lock = threading.Lock()
 
 
-def _identity(path: str) -> tuple[int, int, int, int] | None:
-    """(device, inode, modification time in ns, size) of the file ``path`` leads to (through
-    symlinks), None if it cannot be seen."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
-
-
 def _where(key: tuple[str, str]) -> tuple[int, int, int, int] | None:
     """The identity of the file a strip is read from: its own, else (not there) the run's
     pack's."""
-    return _identity(os.path.join(*key)) or _identity(os.path.join(key[0], packed.PACK))
+    return packed.identity(os.path.join(*key)) or packed.identity(os.path.join(key[0], packed.PACK))
 
 
 def _recent_strip(key: tuple[str, str]) -> np.ndarray | None:

@@ -67,7 +67,6 @@ class RunWriter:
         self.index = EpisodeIndex()
         self.episodes = EpisodeStore(run_dir, background=background_commit,
                                      index_log=AppendLog(run_dir / "index.jsonl", fsync))
-        self.background_commit = background_commit
         self.grid = SpatialGrid(log=AppendLog(run_dir / "grid.jsonl", fsync))
         self.content = ContentIndex(log=AppendLog(run_dir / "seen.jsonl", fsync))
         self.clock = clock
