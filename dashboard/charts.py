@@ -159,19 +159,19 @@ def grid_figure(view: GridView, cell: tuple[int, int] | None = None) -> go.Figur
             opacity=0.75, customdata=g["step"], hovertemplate="step %{customdata}<br>(%{x}, %{y})<extra>life "
             + str(life) + "</extra>"))
     if len(positions):
-        summary = positions["summary"].str.slice(0, 80)
-        if view.merged:
-            name = f"episode end positions, {view.merged} merged per cell (click to pick)"
-            data = [positions["count"], positions["first_life"], positions["life"], positions["id"], summary]
-            hover = ("(%{x}, %{y}): %{customdata[0]} episodes ended here, lives %{customdata[1]}–%{customdata[2]}"
-                     "<br>latest %{customdata[3]}: %{customdata[4]}")
-        else:
-            name, data = "episode end position (click to pick)", [positions["id"], summary]
-            hover = "%{customdata[0]} at (%{x}, %{y})<br>%{customdata[1]}"
+        many_here = positions["count"] > 1
+        lives = positions["life"].astype(str)
+        ended = ("1 episode ended here, life " + lives).where(
+            ~many_here, positions["count"].astype(str) + " episodes ended here, lives "
+            + positions["first_life"].astype(str) + "–" + lives)
+        latest = ("latest " + positions["id"]).where(many_here, positions["id"])
+        name = ("episode end positions" + (f" ({view.merged} in {len(positions)} cells)" if view.merged else "")
+                + " (click to pick)")
         fig.add_trace(go.Scatter(
             x=positions["x"], y=positions["y"], mode="markers", name=name,
             marker=dict(size=7, **_life_colors(positions["life"]), line=dict(width=1, color="#222")),
-            customdata=np.stack(data, axis=-1), hovertemplate=hover + "<extra></extra>"))
+            customdata=np.stack([ended, latest, positions["summary"].str.slice(0, 80)], axis=-1),
+            hovertemplate="(%{x}, %{y}): %{customdata[0]}<br>%{customdata[1]}: %{customdata[2]}<extra></extra>"))
     if len(deaths):
         fig.add_trace(go.Scatter(
             x=deaths["x"], y=deaths["y"], mode="markers", name="death",

@@ -77,9 +77,9 @@ ui.figure_downloads(lambda: figures.grid_figure(key, run, view=view),
 counts = view.cells["kind"].value_counts() if len(view.cells) else pd.Series(dtype=int)
 st.caption(" · ".join(f"{k}: {int(counts.get(k, 0))} cells" for k in GRID_KINDS) +
            f" · {len(view.paths)} path points drawn (of {len(run.steps())} steps)"
-           + (f" · {view.merged} episode end positions merged into {len(view.positions)} cells (more than "
-              f"{chart_data.POSITION_LIMIT:,} in view: narrow the step range or pick a life to see each)"
-              if view.merged else "") + " · click a marker to pick its cell")
+           + (f" · {view.merged} episode end positions in {len(view.positions)} cells (one marker per cell, "
+              "the latest episode's; its hover counts them)" if view.merged else "")
+           + " · click a marker to pick its cell")
 
 st.subheader("Cell")
 pos = view.positions

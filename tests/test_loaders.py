@@ -227,41 +227,54 @@ def _scale_color(scale: tuple, lo: float, hi: float, v: float) -> str:
     return next(c for (a, c), (b, _) in zip(scale[::2], scale[1::2]) if a <= t <= b)
 
 
-def test_grid_episode_positions_coloured_by_life() -> None:
-    """Each episode end marker has its life's colour; lives and places read from index.jsonl."""
-    path = Path(__file__).resolve().parent.parent / "sample_runs" / "diamond_vista_s2_2500steps"
-    rows = [json.loads(line) for line in (path / "index.jsonl").read_text().splitlines()]
-    want = {(r["id"], r["x"], r["y"], r["life"]) for r in rows if r.get("x") is not None}
-    assert len({w[3] for w in want}) > len(theme.QUALITATIVE), "the sample must cycle the palette"
-    fig = charts.grid_figure(chart_data.grid(open_run(path)))
-    trace = next(t for t in fig.data if t.name.startswith("episode end position"))
-    m = trace.marker
-    got = {(cd[0], x, y, _scale_color(m.colorscale, m.cmin, m.cmax, c))
-           for cd, x, y, c in zip(trace.customdata, trace.x, trace.y, m.color)}
-    assert got == {(i, x, y, theme.life_color(life)) for i, x, y, life in want}
-
-
-def test_grid_merges_episode_positions_per_cell_above_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the limit, one marker per cell: the latest episode there, how many ended there and
-    the lives they span, recounted from index.jsonl; under it, one marker per episode."""
+def test_grid_episode_positions_one_marker_per_cell() -> None:
+    """One marker per cell where episodes ended, in the colour of the life of the latest
+    episode there, its hover counting the episodes and the lives they span: recounted from
+    index.jsonl."""
     path = Path(__file__).resolve().parent.parent / "sample_runs" / "diamond_vista_s2_2500steps"
     rows = [json.loads(line) for line in (path / "index.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r.get("x") is not None]
-    run = open_run(path)
-    assert chart_data.grid(run).merged == 0 and len(chart_data.grid(run).positions) == len(rows)
-    monkeypatch.setattr(chart_data, "POSITION_LIMIT", len(rows) - 1)
-    view = chart_data.grid(run)
-    assert view.merged == len(rows)
+    assert len({r["life"] for r in rows}) > len(theme.QUALITATIVE), "the sample must cycle the palette"
     want: dict[tuple[int, int], dict] = {}
     for r in rows:
         w = want.setdefault((r["x"], r["y"]), {"count": 0, "first_life": r["life"]})
         w.update(count=w["count"] + 1, id=r["id"], life=r["life"])
+    assert len(want) < len(rows), "the sample must have cells where several episodes ended"
+    view = chart_data.grid(open_run(path))
+    assert view.merged == len(rows)
     got = {(p.x, p.y): {"count": p.count, "first_life": p.first_life, "id": p.id, "life": p.life}
            for p in view.positions.itertuples()}
-    assert got == want and len(view.positions) < len(rows)
+    assert got == want
     assert view.positions["id"].iloc[-1] == rows[-1]["id"]
     trace = next(t for t in charts.grid_figure(view).data if t.name.startswith("episode end positions"))
-    assert f"{len(rows)} merged" in trace.name and len(trace.x) == len(want)
+    assert f"{len(rows)} in {len(want)} cells" in trace.name
+    m = trace.marker
+    shown = {(x, y): (cd, _scale_color(m.colorscale, m.cmin, m.cmax, c))
+             for cd, x, y, c in zip(trace.customdata, trace.x, trace.y, m.color)}
+    assert shown.keys() == want.keys()
+    for cell, w in want.items():
+        (ended, latest, _), colour = shown[cell]
+        assert colour == theme.life_color(w["life"])
+        if w["count"] == 1:
+            assert (ended, latest) == (f"1 episode ended here, life {w['life']}", w["id"])
+        else:
+            assert (ended, latest) == (f"{w['count']} episodes ended here, lives {w['first_life']}–{w['life']}",
+                                       f"latest {w['id']}")
+
+
+def test_grid_one_episode_per_cell_is_not_merged() -> None:
+    """A life whose episodes each ended in a cell of their own: one marker each, nothing merged."""
+    path = Path(__file__).resolve().parent.parent / "sample_runs" / "diamond_vista_s2_2500steps"
+    rows = [json.loads(line) for line in (path / "index.jsonl").read_text().splitlines()]
+    by_life: dict[int, list] = {}
+    for r in rows:
+        if r.get("x") is not None:
+            by_life.setdefault(r["life"], []).append((r["x"], r["y"]))
+    life = next(lf for lf, cells in sorted(by_life.items()) if len(set(cells)) == len(cells) > 1)
+    view = chart_data.grid(open_run(path), life=life)
+    assert view.merged == 0 and sorted(zip(view.positions["x"], view.positions["y"])) == sorted(by_life[life])
+    trace = next(t for t in charts.grid_figure(view).data if t.name.startswith("episode end positions"))
+    assert trace.name == "episode end positions (click to pick)"
 
 
 def test_episode_detail_and_frames(root: Path) -> None:
