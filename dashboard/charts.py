@@ -165,7 +165,7 @@ def grid_figure(view: GridView, cell: tuple[int, int] | None = None) -> go.Figur
             ~many_here, positions["count"].astype(str) + " episodes ended here, lives "
             + positions["first_life"].astype(str) + "–" + lives)
         latest = ("latest " + positions["id"]).where(many_here, positions["id"])
-        name = ("episode end positions" + (f" ({view.merged} in {len(positions)} cells)" if view.merged else "")
+        name = ("episode end positions" + (f": {view.merged} in {len(positions)} cells" if view.merged else "")
                 + " (click to pick)")
         fig.add_trace(go.Scatter(
             x=positions["x"], y=positions["y"], mode="markers", name=name,
