@@ -250,11 +250,9 @@ def grid(run: Run, lo: int | None = None, hi: int | None = None, kinds: Sequence
         POSITION_COLUMNS] if positions and len(eps) else pd.DataFrame(columns=POSITION_COLUMNS)
     deaths = lv[(lv["event"] == "death") & (lv["step"] >= lo) & (lv["step"] <= hi) & lv["x"].notna()][
         DEATH_COLUMNS] if len(lv) else pd.DataFrame(columns=DEATH_COLUMNS)
-    cells_pos = merge_positions(pos)
-    merged = len(pos) if len(cells_pos) < len(pos) else 0
-    pos = cells_pos
-    return GridView(cells, path, pos, deaths.reset_index(drop=True), extent, plane, lo, hi,
-                    tuple(kinds) if kinds is not None else None, life, merged)
+    per_cell = merge_positions(pos)
+    return GridView(cells, path, per_cell, deaths.reset_index(drop=True), extent, plane, lo, hi,
+                    tuple(kinds) if kinds is not None else None, life, len(pos) if len(per_cell) < len(pos) else 0)
 
 
 RETARGET_MEASURES = ("retarget | inspect", "retarget | other", "near", "null")
