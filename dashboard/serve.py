@@ -6,6 +6,13 @@ a loaded 2-core machine; docs/benchmarks.md, "first visit").
 
 Only libraries and ``loaders`` are imported here, never the dashboard's own modules: they
 register Streamlit caches and components, which belongs to a script run.
+
+It also turns off Streamlit's full garbage collection after every script run
+(``runner.postScriptGC``, on by default) unless the command line sets it: with a large run
+open, the collector walks every object the loaded tables hold, holding the GIL: ~0.2 s
+after each script run with a 360,000-step run open, and page changes in the browser took up
+to twice as long (docs/benchmarks.md, "The collector after every script run"). Python's own
+collector still runs as usual.
 """
 from __future__ import annotations
 
@@ -17,6 +24,8 @@ PRELOAD = ("pandas", "pyarrow", "duckdb", "numpy", "PIL.Image", "plotly.graph_ob
            "loaders.provenance", "loaders.analysis_pages", "loaders.frame_compare", "loaders.scrubber",
            "loaders.usersql", "loaders.echo")
 """Imported before the server starts (what the pages import, heaviest first)."""
+OPTIONS = {"--runner.postScriptGC": "false"}
+"""``streamlit run`` options put after the app's path unless the command line names them."""
 
 
 def preload() -> None:
@@ -28,12 +37,24 @@ def preload() -> None:
             pass
 
 
+def run_args(argv: list[str]) -> list[str]:
+    """``streamlit run``'s arguments: ``argv`` (the app's path first) with :data:`OPTIONS`
+    after the path, except an option the part before ``--`` already names."""
+    if not argv:
+        return argv
+    ours = argv[:argv.index("--")] if "--" in argv else argv
+    extra = [a for name, value in OPTIONS.items()
+             if not any(o == name or o.startswith(name + "=") for o in ours) for a in (name, value)]
+    return [argv[0], *extra, *argv[1:]]
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Preload, then ``streamlit run`` with ``argv`` (this process's arguments by default)."""
+    """Preload, then ``streamlit run`` with ``argv`` (this process's arguments by default)
+    and :data:`OPTIONS`."""
     preload()
     from streamlit.web.cli import main as streamlit_main
 
-    sys.argv = ["streamlit", "run", *(sys.argv[1:] if argv is None else argv)]
+    sys.argv = ["streamlit", "run", *run_args(sys.argv[1:] if argv is None else argv)]
     streamlit_main()
 
 
