@@ -19,6 +19,7 @@ no new script run starting:
 2. nothing says it is still working: no running-status widget (``stStatusWidget``), no
    skeleton (``stSkeleton``), no element marked stale (``data-stale="true"``);
 3. what it shows is painted: every Plotly chart (``stPlotlyChart``) has its ``.main-svg``,
+   every Vega-Lite chart (``stVegaLiteChart``, Altair) its rendered marks (``.marks``),
    every ``<img>`` in the main area is ``complete`` (fetched and decoded, or failed: a
    broken image, ``naturalWidth`` 0, is reported as an error of the page). Data frames are not waited for: Glide draws them on a canvas
    it mounts lazily (one of the SQL page's never mounted its grid in a headless tab).
@@ -116,6 +117,8 @@ PAINTED = """
   if (busy) return 'busy: ' + (busy.getAttribute('data-testid') || 'stale element');
   for (const c of document.querySelectorAll('[data-testid="stPlotlyChart"]'))
     if (!c.querySelector('.main-svg')) return 'a Plotly chart not drawn';
+  for (const c of document.querySelectorAll('[data-testid="stVegaLiteChart"]'))
+    if (!c.querySelector('svg.marks g, canvas.marks')) return 'a Vega-Lite chart not drawn';
   for (const i of document.querySelectorAll('[data-testid="stMain"] img'))
     if (!i.complete) return 'an image not loaded: ' + i.src.slice(0, 80);
   return '';

@@ -255,34 +255,6 @@ def frames_figure(frames: list[np.ndarray], titles: list[str], tiles: bool = Fal
     return fig
 
 
-def milestones_figure(ms: pd.DataFrame, order: list[str]) -> go.Figure:
-    """When each run reached each milestone (step), one colour and marker per method."""
-    fig = go.Figure()
-    for method, g in ms.groupby("method", sort=True):
-        style = theme.method_style(str(method))
-        fig.add_trace(go.Scatter(
-            x=g["step"], y=g["milestone"], mode="markers", name=str(method),
-            marker=dict(color=style.color, symbol=style.marker, size=11, line=dict(width=1, color="#fff")),
-            customdata=g["run"], hovertemplate="%{customdata}<br>%{y} at step %{x}<extra>" + str(method) + "</extra>"))
-    fig.update_xaxes(title_text="env step first reached")
-    fig.update_yaxes(title_text="milestone", categoryorder="array", categoryarray=order, autorange="reversed")
-    return _layout(fig, 140 + 26 * max(3, len(order)))
-
-
-def reached_figure(overview: pd.DataFrame) -> go.Figure:
-    """Milestones reached per run (of the task's total), one colour per method."""
-    fig = go.Figure()
-    for method, g in overview.groupby("method", sort=True, dropna=False):
-        fig.add_trace(go.Bar(
-            x=g["key"], y=g["milestones_reached"], name=str(method), marker_color=theme.method_color(method),
-            customdata=np.stack([g["milestones_total"], g["status"]], axis=-1),
-            hovertemplate="%{x}<br>%{y} of %{customdata[0]} milestones · %{customdata[1]}<extra>"
-            + str(method) + "</extra>"))
-    fig.update_xaxes(title_text="run")
-    fig.update_yaxes(title_text="milestones reached (count)", rangemode="tozero", dtick=1)
-    return _layout(fig, 340)
-
-
 def retarget_rates_figure(rates: pd.DataFrame) -> go.Figure:
     """The A.4 rates per method as grouped horizontal bars with their Wilson 95% intervals, the
     counts behind each rate (``n/a`` where there is nothing to count) as labels."""

@@ -2,8 +2,9 @@
 SVG, PDF and PNG, each with its data as CSV and a JSON manifest (runs and their content hash,
 step range, filters, command, package version and commit, dashboard deep link).
 
-Each figure draws the data of :mod:`loaders.chart_data`, the same record the page draws with
-Plotly, so an export holds what the page shows. ``write_figures(paths, out_dir)`` writes every
+Each figure draws the data of :mod:`loaders.chart_data`, the same record the page draws (with
+Plotly, or for the seed-band curves with the page's own ``dashboard.vega_charts.band_chart``),
+so an export holds what the page shows. ``write_figures(paths, out_dir)`` writes every
 standard figure and the paper's tables (:mod:`loaders.paper_tables`) for runs or runs roots,
 one folder per task; it backs ``mfm figures`` (docs/figures.md). A figure exported from a page
 also records the page's view (its URL query state), so its deep link reopens that view.
@@ -25,7 +26,7 @@ import altair as alt
 import pandas as pd
 import vl_convert as vlc
 
-from dashboard import theme
+from dashboard import theme, vega_charts
 from loaders import analysis_pages as ap
 from loaders import chart_data, echo, paper_tables
 from loaders import provenance
@@ -128,7 +129,7 @@ def grid_figure(key: str, run: Run, width: str = "single", lo: int | None = None
         layers.append(alt.Chart(_data(pd.DataFrame([{"text": "no cells or positions recorded"}])))
                       .mark_text(fontSize=8).encode(text="text:N"))
     chart = alt.layer(*layers).resolve_scale(color="independent", shape="independent").properties(
-        title=_note("Grey lines: each life's path." if len(view.paths) else ""))
+        title=vega_charts.note("Grey lines: each life's path." if len(view.paths) else ""))
     filters: dict[str, Any] = {"range": [view.lo, view.hi]}
     if view.kinds is not None:
         filters["kinds"] = sorted(view.kinds)
@@ -145,41 +146,9 @@ def grid_figure(key: str, run: Run, width: str = "single", lo: int | None = None
                           + f" and deaths; {view.plane} grows downwards as in the game.")
 
 
-def _note(text: str) -> alt.TitleParams:
-    """A note under the plot, in the figure itself, saying what its marks mean."""
-    return alt.TitleParams(text, orient="bottom", anchor="start", fontSize=7, fontWeight="normal", color="#444444",
-                           limit=0)
-
-
 def _band_data(series: chart_data.SeedBands) -> pd.DataFrame:
     """The drawn series with each method's legend label."""
     return series.bands.assign(label=[series.label(m) for m in series.bands["method"]])
-
-
-def _band_chart(series: chart_data.SeedBands) -> alt.LayerChart:
-    """Lines (mean over seeds; colour and dash per method, legend with seeds), 95% interval
-    bands where a method has several seeds, shaded intervals, and the note saying so."""
-    methods = series.methods
-    labels = [series.label(m) for m in methods]
-    styles = [theme.method_style(m) for m in methods]
-    bands = series.bands.assign(label=series.bands["method"].map(dict(zip(methods, labels))))
-    color = alt.Scale(domain=labels, range=[s.color for s in styles])
-    dash = alt.Scale(domain=labels, range=[s.dash_array for s in styles])
-    layers = []
-    if series.shade:
-        layers.append(alt.Chart(_data(pd.DataFrame(series.shade, columns=["lo", "hi"]))).mark_rect(
-            color=theme.method_color("mfm"), opacity=0.12).encode(x="lo:Q", x2="hi:Q"))
-    band = bands.dropna(subset=["lo", "hi"])
-    legend = alt.Legend(title=None, orient="top", symbolStrokeWidth=1.5, symbolType="stroke", symbolSize=400,
-                        labelLimit=400)
-    if len(band):
-        layers.append(alt.Chart(_data(band)).mark_area(fillOpacity=0.2, strokeWidth=0).encode(
-            x="step:Q", y="lo:Q", y2="hi:Q", fill=alt.Fill("label:N", scale=color, legend=None)))
-    layers.append(alt.Chart(_data(bands.dropna(subset=["mean"]))).mark_line(strokeWidth=1.2).encode(
-        x=alt.X("step:Q", title=series.x_title), y=alt.Y("mean:Q", title=series.y_title),
-        color=alt.Color("label:N", scale=color, legend=legend),
-        strokeDash=alt.StrokeDash("label:N", scale=dash, legend=legend)))
-    return alt.layer(*layers).resolve_legend(fill="independent").properties(title=_note(series.note))
 
 
 def steps_per_turn_figure(runs: list[tuple[str, Run]], window: int = 25, width: str = "double",
@@ -187,7 +156,7 @@ def steps_per_turn_figure(runs: list[tuple[str, Run]], window: int = 25, width: 
     """Rolling median env steps per turn per method (seed band), shaded where MFM leads;
     ``series``: the data a page drew (else prepared here)."""
     series = series or chart_data.steps_per_turn(runs, window)
-    return Figure("steps_per_turn", _style(_band_chart(series), width, 140), runs, "steps_per_turn", _range(runs),
+    return Figure("steps_per_turn", _style(vega_charts.band_chart(series, data=_data), width, 140), runs, "steps_per_turn", _range(runs),
                   dict(series.filters), data=_band_data(series),
                   caption=f"Env steps per policy decision, rolling median over {window} turns, against env step. "
                           + series.note)
@@ -197,7 +166,7 @@ def progress_figure(runs: list[tuple[str, Run]], width: str = "double",
                     series: chart_data.SeedBands | None = None) -> Figure:
     """Milestones reached against env step per method (seed band)."""
     series = series or chart_data.progress(runs)
-    return Figure("progress", _style(_band_chart(series), width, 140), runs, "progress", _range(runs),
+    return Figure("progress", _style(vega_charts.band_chart(series, data=_data), width, 140), runs, "progress", _range(runs),
                   data=_band_data(series), caption="Milestones reached against env step (a finished run keeps its "
                                                    "final count). " + series.note)
 
@@ -207,7 +176,7 @@ def echo_figure(runs: list[tuple[str, Run]], width: str = "double", series: char
     """Echo learner runs: distinct achievements unlocked after each Echo episode per
     configuration, the mean over seeds with its 95% interval."""
     series = series or echo.unlock_bands(echo.learner_runs(r.path for _, r in runs)[0])
-    return Figure("echo_unlock", _style(_band_chart(series), width, 140), runs, "echo", None,
+    return Figure("echo_unlock", _style(vega_charts.band_chart(series, data=_data), width, 140), runs, "echo", None,
                   data=_band_data(series), caption="Echo learner: distinct achievements unlocked after each Echo "
                                                    "episode (one attempt at a goal), per configuration. " + series.note)
 
@@ -235,7 +204,7 @@ def retargeting_figure(runs: list[tuple[str, Run]], width: str = "single", rates
         base.mark_text(align="left", dx=3, fontSize=6).encode(y=y, x="at:Q", text="text:N"),
     ).properties(width=WIDTHS[width], height=60).facet(
         row=alt.Row("method:N", title=None, sort=methods, header=alt.Header(labelExpr="datum.value")))
-    styled = (chart.properties(title=_note("Bars: rates pooled over each method's seeds; lines: Wilson 95% "
+    styled = (chart.properties(title=vega_charts.note("Bars: rates pooled over each method's seeds; lines: Wilson 95% "
                                            "intervals; null: the near share expected by chance."))
               .configure(font=FONT, background="white")
               .configure_axis(labelFontSize=7, titleFontSize=8, grid=False, domainWidth=0.6,
@@ -318,7 +287,7 @@ def provenance_graph_figure(key: str, run: Run, width: str = "double", lo: int |
     if not layers:
         layers.append(alt.Chart(_data(pd.DataFrame([{"text": "no memory written in this range"}]))).mark_text(
             fontSize=8).encode(text="text:N"))
-    chart = alt.layer(*layers).properties(title=_note(
+    chart = alt.layer(*layers).properties(title=vega_charts.note(
         f"Labelled: the {len(p.labels)} most cited versions ({p.unlabelled} others unlabelled; the Provenance page "
         "shows every label)."))
     return Figure("provenance_graph", _style(chart, width, 36 * (len(shown) + 1)), [(key, run)], "provenance",

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, figures, safe_text, ui
+from dashboard import charts, figures, safe_text, ui, vega_charts
 from loaders import echo
 from loaders.chart_data import SeedBands
 from loaders.run import Run
@@ -50,7 +50,7 @@ bands, problems = _learners(pool)
 st.subheader("Unlock curve per configuration")
 st.caption("Distinct achievements unlocked after each Echo episode, per configuration.")
 if len(bands.bands):
-    st.plotly_chart(charts.band_figure(bands, x_title=bands.x_title), width="stretch", key="echo_curve")
+    st.altair_chart(vega_charts.band_chart(bands, screen=True), width="stretch", key="echo_curve")
     ui.figure_downloads(lambda: figures.echo_figure(pool, series=bands), "echo_unlock", "double")
 else:
     st.info("No Echo episode recorded yet (echo.jsonl is empty).")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, figures, ui
+from dashboard import figures, ui, vega_charts
 from loaders import chart_data, paper_measures
 from loaders import analysis_pages as ap
 from loaders import run_pages
@@ -33,7 +33,7 @@ for i, (task, group) in enumerate(groups):
     if len(groups) > 1:
         st.subheader(f"Task: {ui.md(task)}")
     bands, table, reach, firsts = _progress(group)
-    st.plotly_chart(charts.band_figure(bands), width="stretch", key=f"progress_chart{tag}")
+    st.altair_chart(vega_charts.band_chart(bands, screen=True), width="stretch", key=f"progress_chart{tag}")
     ui.figure_downloads(lambda g=group, b=bands: figures.progress_figure(g, series=b), f"progress{tag}", "double")
     st.markdown("**Milestones per method** (mean ± std over seeds)")
     st.dataframe(table, hide_index=True, width="stretch", key=f"progress_table{tag}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, ui
+from dashboard import ui, vega_charts
 from dashboard.core import run_key, split_list
 from dashboard.theme import STATUS_LABELS
 from loaders import run_pages
@@ -98,13 +98,12 @@ def _focus(picked: list[str]) -> dict[str, str | None]:
     return {"run": current if current in picked else (picked[0] if picked else None)}
 
 
-def _label(k: str) -> str:
-    row = overview[overview["key"] == k].iloc[0]
-    return (f"{k} — {row['method']} · {row['task']} · seed {_blank(row['seed'], '?')} · {row['milestones']}"
-            + (f" · inherited memory of {row['inherited']}" if row["inherited"] else ""))
+LABELS = {row.key: f"{row.key} — {row.method} · {row.task} · seed {_blank(row.seed, '?')} · {row.milestones}"
+          + (f" · inherited memory of {row.inherited}" if row.inherited else "")
+          for row in overview[["key", "method", "task", "seed", "milestones", "inherited"]].itertuples(index=False)}
 
 
-st.multiselect("Open runs", keys, format_func=_label,
+st.multiselect("Open runs", keys, format_func=LABELS.__getitem__,
                **ui.bound("w_runs", "runs", [], lambda v: [k for k in split_list(v) if k in keys], ",".join,
                           also=_focus),
                placeholder="Choose one or several runs to open",
@@ -136,7 +135,7 @@ if len(tasks) > 1:
     shown = [r for r in shown if r.manifest and r.manifest.task == task]
 ov = overview if shown is runs else run_pages.runs_overview(shown, root, check=check or bool(runs_open))
 c1, c2 = st.columns([2, 3])
-c1.plotly_chart(charts.reached_figure(ov), width="stretch", key="reached")
+c1.altair_chart(vega_charts.reached_chart(ov), width="stretch", key="reached")
 ms = run_pages.milestone_steps(shown, root)
 order = []
 for r in shown:
@@ -144,7 +143,7 @@ for r in shown:
         order += [m for m in r.manifest.milestone_order if m not in order]
 order = [m for m in order if m in set(ms["milestone"])] + sorted(set(ms["milestone"]) - set(order))
 if len(ms):
-    c2.plotly_chart(charts.milestones_figure(ms, order), width="stretch", key="ms_steps")
+    c2.altair_chart(vega_charts.milestones_chart(ms, order), width="stretch", key="ms_steps")
 else:
     c2.info("No milestone reached yet in these runs.")
 st.caption(("Open runs" if runs_open else "All runs") + f" · refreshed {ui.stamp()}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, figures, ui
+from dashboard import figures, ui, vega_charts
 from dashboard.core import parse_int
 from loaders import analysis_pages as ap
 from loaders import chart_data, paper_measures
@@ -46,7 +46,7 @@ for i, (task, group) in enumerate(groups):
     if not len(series.bands):
         st.info("No open run of this task records turns.")
         continue
-    st.plotly_chart(charts.band_figure(series), width="stretch", key=f"spt_chart{tag}")
+    st.altair_chart(vega_charts.band_chart(series, screen=True), width="stretch", key=f"spt_chart{tag}")
     if shade:
         covered = sum(hi - lo for lo, hi in shade)
         st.caption(f"MFM exceeds both in {len(shade)} interval(s) covering {covered} env steps.")

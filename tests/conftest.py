@@ -65,6 +65,20 @@ def use_root(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
     st.cache_resource.clear()
 
 
+def vega_data(at) -> list[list]:
+    """Per Vega-Lite (Altair) chart of a finished AppTest, the tables Streamlit sent for it
+    (pandas DataFrames, one per dataset: a layered chart has one per layer)."""
+    import pyarrow as pa
+
+    return [[pa.ipc.open_stream(d.data.data).read_pandas() for d in c.proto.datasets]
+            for c in at.get("vega_lite_chart")]
+
+
+def vega_tables(at) -> list:
+    """Every table of every Vega-Lite chart of a finished AppTest (:func:`vega_data`, flat)."""
+    return [t for chart in vega_data(at) for t in chart]
+
+
 def open_app(page: str | None = None, **params: str):
     """Run the dashboard with query ``params``, switch to ``page`` (a file of pages/ without
     ``.py``), and return the finished AppTest after checking it raised nothing."""

@@ -232,7 +232,7 @@ def test_progress_page(root: Path) -> None:
     # per run: search returned A (age 5) and B (0); inspections opened A (5), B (5), A (15)
     assert reach.loc[("mfm", "search"), "episodes"] == 4 and reach.loc[("mfm", "search"), "median"] == 2.5
     assert reach.loc[("mfm", "inspect"), "median"] == 5 and reach.loc[("mfm", "inspect"), "max"] == 15
-    assert at.get("plotly_chart")
+    assert at.get("vega_lite_chart") and not at.get("plotly_chart")
 
 
 def test_write_figures_files_are_valid(root: Path, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from dashboard import charts, figures
+from dashboard import charts, figures, vega_charts
 from loaders import chart_data
 from loaders.run import open_run
 
@@ -101,6 +101,9 @@ def test_band_figures_name_every_method_on_screen_and_in_print(which: str) -> No
     legends = [lay["encoding"]["color"] for lay in layers if "color" in lay.get("encoding", {})
                and lay["encoding"]["color"].get("legend") is not None]
     assert legends and legends[0]["scale"]["domain"] == screen
+    page = vega_charts.band_chart(series, screen=True).to_dict()["layer"]
+    assert [lay["encoding"]["color"]["scale"]["domain"] for lay in page
+            if lay.get("encoding", {}).get("color", {}).get("legend") is not None] == [screen]
 
 
 def test_intervals_over_seeds() -> None:
@@ -116,9 +119,9 @@ def test_intervals_over_seeds() -> None:
     series = chart_data.SeedBands(bands, "y")
     assert series.label("mfm") == "mfm (mean of 2 seeds)" and series.label("vista") == "vista (1 run)"
     assert "95% bootstrap interval" in series.note
-    spec = figures._band_chart(series).to_dict()
+    spec = vega_charts.band_chart(series).to_dict()
     areas = [lay for lay in spec["layer"] if lay["mark"]["type"] == "area"]
-    assert len(areas) == 1 and {v["method"] for v in areas[0]["data"]["values"]} == {"mfm"}
+    assert len(areas) == 1 and {v["method"] for v in spec["datasets"][areas[0]["data"]["name"]]} == {"mfm"}
 
 
 def test_retargeting_screen_and_print_hold_the_same_rates() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, open_app, texts, use_root, write_run
+from conftest import REPO, open_app, texts, use_root, vega_tables, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
 from loaders.run_pages import inspections
@@ -49,8 +49,8 @@ def test_milestones_are_compared_within_one_task(monkeypatch: pytest.MonkeyPatch
     assert list(radio.options) == sorted(tasks) and {"diamond", "echo", "reach-1000"} <= tasks
 
     def charted() -> set[str]:
-        spec = json.loads(next(c for c in at.get("plotly_chart") if "reached" in c.proto.id).proto.spec)
-        return {str(x) for t in spec["data"] for x in t.get("x", [])}
+        reached = next(t for t in vega_tables(at) if "reached" in t.columns)
+        return set(reached["run"])
 
     assert charted() and all(k.startswith("diamond_") for k in charted())
     radio.set_value("echo").run()
@@ -64,7 +64,7 @@ def test_opening_runs_goes_into_the_url(root: Path) -> None:
     assert at.query_params["runs"] == f"{CRAFTER},{NESTED}"
     assert at.query_params["run"] == CRAFTER
     assert at.selectbox(key="w_focus").value == CRAFTER
-    assert len(at.get("plotly_chart")) == 2
+    assert len(at.get("vega_lite_chart")) == 2
 
 
 def test_escaping_run_paths_are_refused(root: Path, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, open_app, use_root
+from conftest import REPO, open_app, use_root, vega_data
 from mfm.cli import main
 from mfm.echo import AXES, CSDLibrary, HashingVectorizer, induce
 from mfm.echo.agent import ATTEMPTS_FILE, VOCABULARY, Learner, run_learner
@@ -247,7 +247,7 @@ def fresh(monkeypatch: pytest.MonkeyPatch, learned: Path) -> None:
 def test_echo_page_renders_and_picks_a_csd(fresh, learned: Path):
     at = open_app("echo", runs="passive_s9")
     assert at.title[0].value == "Echo"
-    assert len(at.get("plotly_chart")) >= 1
+    assert len(at.get("vega_lite_chart")) == 1, "the unlock curve"
     picker = next(s for s in at.selectbox if s.label == "Descriptor")
     picker.set_value("task:make_wood_pickaxe").run()
     assert not at.exception, [e.value for e in at.exception]
@@ -327,8 +327,9 @@ def test_echo_page_on_the_shipped_learner_samples(monkeypatch: pytest.MonkeyPatc
     use_root(monkeypatch, REPO / "sample_runs")
     ical = next(n for n in names if "/ical_" in n)
     at = open_app("echo", runs=",".join(names), run=ical)
-    charts = {c.proto.id: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
-    assert len(charts) == 2, "the unlock curves and the analogy graph"
-    curve, graph = charts.values()
-    assert {"ical", "passive"} <= {str(t.get("name")).split(" (")[0] for t in curve["data"]}
+    graphs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    curves = vega_data(at)
+    assert len(graphs) == len(curves) == 1, "the unlock curves and the analogy graph"
+    graph = graphs[0]
+    assert {"ical", "passive"} <= {m for t in curves[0] if "mean" in t.columns for m in t["method"]}
     assert any("place_stone" in (t.get("text") or []) for t in graph["data"]), "an induced task in the graph"

@@ -141,7 +141,8 @@ def test_relative_paths_hide_the_root() -> None:
 
 # ---------------------------------------------------------------- the pages (AppTest)
 
-PLAIN_TYPES = {"plotly_chart", "arrow_data_frame", "json", "code", "text", "arrow_vega_lite_chart", "imgs"}
+PLAIN_TYPES = {"plotly_chart", "arrow_data_frame", "json", "code", "text", "arrow_vega_lite_chart", "vega_lite_chart",
+               "imgs"}
 """Elements that show text without Markdown (image captions are checked apart)."""
 OPTION_FIELDS = {"options", "default", "value", "raw_value", "raw_values", "values", "set_value"}
 
