@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import io
-import math
 import zlib
 from typing import Any
 
@@ -18,7 +17,7 @@ from PIL import Image
 from plotly.subplots import make_subplots
 
 from dashboard import theme
-from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands, TimelineView
+from loaders.chart_data import GridView, SeedBands, TimelineView
 from loaders.run_pages import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 from mfm.schema import GRID_KINDS
 
@@ -253,79 +252,6 @@ def frames_figure(frames: list[np.ndarray], titles: list[str], tiles: bool = Fal
     if any("<br>" in t for t in titles):
         fig.update_layout(margin=dict(t=85))
     return fig
-
-
-def retarget_rates_figure(rates: pd.DataFrame) -> go.Figure:
-    """The A.4 rates per method as grouped horizontal bars with their Wilson 95% intervals, the
-    counts behind each rate (``n/a`` where there is nothing to count) as labels."""
-    fig = go.Figure()
-    methods = list(dict.fromkeys(rates["method"])) if len(rates) else []
-    for measure in RETARGET_MEASURES:
-        g = rates[rates["measure"] == measure]
-        fig.add_trace(go.Bar(orientation="h", y=g["method"], x=g["rate"].fillna(0), name=measure, text=g["label"],
-                             textposition="outside", marker_color=theme.RETARGET_COLORS[measure],
-                             error_x=dict(type="data", symmetric=False, array=(g["hi"] - g["rate"]).fillna(0),
-                                          arrayminus=(g["rate"] - g["lo"]).fillna(0), thickness=1, width=3,
-                                          color="#333"),
-                             hovertemplate="%{y}: %{x:.0%} (%{text})<extra>" + measure + "</extra>"))
-    fig.update_xaxes(title_text="rate (share of turns or targets)", range=[0, 1.15], tickformat=".0%")
-    fig.update_yaxes(title_text="method", categoryorder="array", categoryarray=methods[::-1])
-    fig.update_layout(barmode="group")
-    return _layout(fig, 200 + 90 * max(1, len(methods)))
-
-
-LABEL_GAP = 2.0
-"""Cells between two labelled points of the retarget map; closer points share one label."""
-
-
-def label_groups(points: list[tuple[float, float, str]], gap: float = LABEL_GAP
-                 ) -> list[tuple[float, float, list[str]]]:
-    """Points ``(x, y, name)`` merged greedily, in order, into groups whose centres lie at least
-    ``gap`` cells apart: ``(x, y, names)`` with the group at its first point. Each group gets
-    one label, so no two labels of a map can sit on top of each other."""
-    groups: list[tuple[float, float, list[str]]] = []
-    for x, y, name in points:
-        hit = next((g for g in groups if math.hypot(g[0] - x, g[1] - y) < gap), None)
-        if hit is None:
-            groups.append((x, y, [name]))
-        elif name not in hit[2]:
-            hit[2].append(name)
-    return groups
-
-
-def retarget_map(position: tuple[float, float] | None, inspected: list[dict], targets: list[dict],
-                 radius: float) -> go.Figure:
-    """A retarget turn on a mini-map: the agent, the inspected episodes' positions with the
-    ``radius`` circle around each (none around an inherited episode, marked ``inherited``:
-    §A.4 does not count it), and the new targets (red when near). Inspected episodes
-    within :data:`LABEL_GAP` cells of each other share one numbered marker (hover lists them;
-    the legend of numbers is the figure's ``meta``), so labels never overlap."""
-    fig = go.Figure()
-    pts = [(float(i["x"]), float(i["y"]), str(i["episode"])) for i in inspected if i.get("x") is not None]
-    counted = [(float(i["x"]), float(i["y"])) for i in inspected if i.get("x") is not None and not i.get("inherited")]
-    for x, y in dict.fromkeys(counted):
-        fig.add_shape(type="circle", x0=x - radius, x1=x + radius, y0=y - radius, y1=y + radius,
-                      line=dict(color=theme.MARK_STYLES["inspect"]["color"], dash="dot"), layer="below")
-    groups = label_groups(pts)
-    if groups:
-        fig.add_trace(go.Scatter(
-            x=[g[0] for g in groups], y=[g[1] for g in groups], mode="markers+text", name="inspected episodes",
-            text=[str(k + 1) for k in range(len(groups))], textposition="middle center",
-            textfont=dict(color="white", size=10),
-            customdata=[", ".join(g[2]) for g in groups], hovertemplate="%{customdata}<br>(%{x}, %{y})<extra></extra>",
-            marker=dict(symbol="diamond", size=18, color=theme.MARK_STYLES["inspect"]["color"])))
-    if targets:
-        fig.add_trace(go.Scatter(
-            x=[t["x"] for t in targets], y=[t["y"] for t in targets], mode="markers", name="new target",
-            customdata=[t.get("kind", "?") for t in targets], hovertemplate="%{customdata} (%{x}, %{y})<extra></extra>",
-            marker=dict(symbol="x", size=14, color=["#d62728" if t.get("near") else "#7f7f7f" for t in targets])))
-    if position is not None:
-        fig.add_trace(go.Scatter(x=[position[0]], y=[position[1]], mode="markers", name="agent",
-                                 marker=dict(symbol="circle", size=13, color="#111111")))
-    fig.update_xaxes(title_text="x (cells)", scaleanchor="y", scaleratio=1)
-    fig.update_yaxes(title_text="y (cells)", autorange="reversed")
-    fig.update_layout(meta={"labels": {str(k + 1): g[2] for k, g in enumerate(groups)}})
-    return _layout(fig, 420)
 
 
 def band_figure(series: SeedBands, x_title: str = "env step") -> go.Figure:

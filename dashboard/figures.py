@@ -3,8 +3,9 @@ SVG, PDF and PNG, each with its data as CSV and a JSON manifest (runs and their 
 step range, filters, command, package version and commit, dashboard deep link).
 
 Each figure draws the data of :mod:`loaders.chart_data`, the same record the page draws (with
-Plotly, or for the seed-band curves with the page's own ``dashboard.vega_charts.band_chart``),
-so an export holds what the page shows. ``write_figures(paths, out_dir)`` writes every
+Plotly, or for the seed-band curves and the A.4 rates with the page's own functions,
+``dashboard.vega_charts.band_chart`` and ``rates_chart``), so an export holds what the page
+shows. ``write_figures(paths, out_dir)`` writes every
 standard figure and the paper's tables (:mod:`loaders.paper_tables`) for runs or runs roots,
 one folder per task; it backs ``mfm figures`` (docs/figures.md). A figure exported from a page
 also records the page's view (its URL query state), so its deep link reopens that view.
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import math
 import weakref
 import json
 from dataclasses import dataclass, field
@@ -187,23 +187,7 @@ def retargeting_figure(runs: list[tuple[str, Run]], width: str = "single", rates
     near share vs its null rate, each with its Wilson 95% interval and the counts behind it
     (``n/a`` where a method has nothing to count)."""
     df = chart_data.retarget_rates(runs) if rates is None else rates
-    measures = list(chart_data.RETARGET_MEASURES)
-    methods = list(dict.fromkeys(df["method"]))
-    df = df.assign(text=[lab if lab.startswith("n/a") else f"{rate:.0%} ({lab})"
-                         for rate, lab in zip(df["rate"], df["label"])],
-                   at=[0.0 if math.isnan(r) else (h if not math.isnan(h) else r)
-                       for r, h in zip(df["rate"], df["hi"])])
-    y = alt.Y("measure:N", sort=measures, title=None)
-    x = alt.X("rate:Q", title="rate (share of turns; near and null: share of new targets)",
-              scale=alt.Scale(domain=[0, 1.45]), axis=alt.Axis(format="%", values=[0, 0.25, 0.5, 0.75, 1]))
-    base = alt.Chart(_data(df))
-    chart = alt.layer(
-        base.mark_bar(height=8).encode(y=y, x=x, color=alt.Color("measure:N", sort=measures, title=None, scale=alt.Scale(
-            domain=measures, range=[theme.RETARGET_COLORS[m] for m in measures]), legend=alt.Legend(orient="top"))),
-        base.mark_rule(strokeWidth=0.8, color="#222222").encode(y=y, x="lo:Q", x2="hi:Q"),
-        base.mark_text(align="left", dx=3, fontSize=6).encode(y=y, x="at:Q", text="text:N"),
-    ).properties(width=WIDTHS[width], height=60).facet(
-        row=alt.Row("method:N", title=None, sort=methods, header=alt.Header(labelExpr="datum.value")))
+    chart = vega_charts.rates_chart(df, WIDTHS[width], data=_data)
     styled = (chart.properties(title=vega_charts.note("Bars: rates pooled over each method's seeds; lines: Wilson 95% "
                                            "intervals; null: the near share expected by chance."))
               .configure(font=FONT, background="white")
@@ -212,7 +196,8 @@ def retargeting_figure(runs: list[tuple[str, Run]], width: str = "single", rates
               .configure_legend(labelFontSize=7, orient="top", symbolSize=40)
               .configure_header(labelFontSize=8, labelAngle=0, labelAlign="left")
               .configure_view(stroke=None))
-    return Figure("retargeting", styled, runs, "retargeting", _range(runs), {"radius": ap.RADIUS}, data=df,
+    return Figure("retargeting", styled, runs, "retargeting", _range(runs), {"radius": ap.RADIUS},
+                  data=vega_charts.rates_table(df),
                   caption=f"Retargeting after inspection (paper A.4): per method, the share of inspecting and of "
                           f"other turns that name a new target, and the share of new targets within {ap.RADIUS:g} "
                           "cells of an inspected episode against the share expected by chance.")

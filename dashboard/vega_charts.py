@@ -1,6 +1,7 @@
-"""Vega-Lite (Altair) charts for the pages people open by a link, above all the Runs page,
-where a dashboard session starts, and the seed-band curves (Progress, Steps per turn, Echo),
-which the exported figures of ``dashboard.figures`` draw with the same function. No Streamlit.
+"""Vega-Lite (Altair) charts for the pages whose charts need no click events: the Runs page,
+where a dashboard session starts, the seed-band curves (Progress, Steps per turn, Echo) and
+Retargeting (the A.4 rates and the retarget mini-map). The exported figures of
+``dashboard.figures`` draw the seed bands and the rates with the same functions. No Streamlit.
 
 Why not Plotly there: every new tab that shows a Plotly chart loads Streamlit's Plotly
 element, a 4.7 MB script, and evaluating it keeps the main thread busy for ~0.8 s on our
@@ -11,13 +12,14 @@ units, a legend, hover text, and the colours and markers of ``dashboard.theme``.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import altair as alt
 import pandas as pd
 
 from dashboard import theme
-from loaders.chart_data import SeedBands
+from loaders.chart_data import RETARGET_MEASURES, SeedBands
 
 UNKNOWN = "unknown"
 """The method shown for a run whose manifest names none."""
@@ -151,3 +153,127 @@ def band_chart(series: SeedBands, data: Callable[[pd.DataFrame], Any] = lambda d
     if screen:
         return chart.properties(title=note(series.note, 12), height=SCREEN_HEIGHT, autosize=FIT_WIDTH)
     return chart.properties(title=note(series.note))
+
+
+LABEL_GAP = 2.0
+"""Cells between two labelled points of the retarget map; closer points share one label."""
+
+
+def label_groups(points: list[tuple[float, float, str]], gap: float = LABEL_GAP
+                 ) -> list[tuple[float, float, list[str]]]:
+    """Points ``(x, y, name)`` merged greedily, in order, into groups whose centres lie at least
+    ``gap`` cells apart: ``(x, y, names)`` with the group at its first point. Each group gets
+    one label, so no two labels of a map can sit on top of each other."""
+    groups: list[tuple[float, float, list[str]]] = []
+    for x, y, name in points:
+        hit = next((g for g in groups if math.hypot(g[0] - x, g[1] - y) < gap), None)
+        if hit is None:
+            groups.append((x, y, [name]))
+        elif name not in hit[2]:
+            hit[2].append(name)
+    return groups
+
+
+def rates_table(rates: pd.DataFrame) -> pd.DataFrame:
+    """The A.4 rates (``loaders.chart_data.retarget_rates``) with each bar's label (``text``:
+    the rate and its counts, or ``n/a``) and where the label sits (``at``: right of the
+    interval)."""
+    return rates.assign(text=[lab if lab.startswith("n/a") else f"{rate:.0%} ({lab})"
+                              for rate, lab in zip(rates["rate"], rates["label"])],
+                        at=[0.0 if math.isnan(r) else (h if not math.isnan(h) else r)
+                            for r, h in zip(rates["rate"], rates["hi"])])
+
+
+def rates_chart(rates: pd.DataFrame, width: int, data: Callable[[pd.DataFrame], Any] = lambda d: d,
+                screen: bool = False) -> alt.FacetChart:
+    """The A.4 table as bars, one row of bars per method: the retarget rates of inspecting and
+    of other turns, the near share and its null rate, each with its Wilson 95% interval and
+    the counts behind it (``n/a`` where a method has nothing to count). ``width``: of each
+    row's plot; ``data`` as for :func:`band_chart`; ``screen``: sized for a page, with a
+    tooltip per bar."""
+    df = rates_table(rates)
+    measures = list(RETARGET_MEASURES)
+    methods = list(dict.fromkeys(df["method"]))
+    y = alt.Y("measure:N", sort=measures, title=None)
+    x = alt.X("rate:Q", title="rate (share of turns; near and null: share of new targets)",
+              scale=alt.Scale(domain=[0, 1.45]), axis=alt.Axis(format="%", values=[0, 0.25, 0.5, 0.75, 1]))
+    color = alt.Color("measure:N", sort=measures, title=None, legend=alt.Legend(orient="top"),
+                      scale=alt.Scale(domain=measures, range=[theme.RETARGET_COLORS[m] for m in measures]))
+    base = alt.Chart(data(df))
+    bars = base.mark_bar(height=16 if screen else 8).encode(y=y, x=x, color=color)
+    if screen:
+        bars = bars.encode(tooltip=[alt.Tooltip("method:N"), alt.Tooltip("measure:N"),
+                                    alt.Tooltip("rate:Q", format=".1%"), alt.Tooltip("label:N", title="counts"),
+                                    alt.Tooltip("lo:Q", title="95% from", format=".1%"),
+                                    alt.Tooltip("hi:Q", title="95% to", format=".1%")])
+    return alt.layer(
+        bars,
+        base.mark_rule(strokeWidth=1.2 if screen else 0.8, color="#222222").encode(y=y, x="lo:Q", x2="hi:Q"),
+        base.mark_text(align="left", dx=3, fontSize=12 if screen else 6).encode(y=y, x="at:Q", text="text:N"),
+    ).properties(width=width, height=110 if screen else 60).facet(
+        row=alt.Row("method:N", title=None, sort=methods, header=alt.Header(labelExpr="datum.value")))
+
+
+MAP_SIZE = 400
+"""The retarget map's plot, square (pixels)."""
+MAP_KINDS = {"agent": ("#111111", "circle", 170),
+             "inspected episodes": (theme.MARK_STYLES["inspect"]["color"], "diamond", 620),
+             "new target, near": ("#d62728", "M-0.8,-1L0,-0.2L0.8,-1L1,-0.8L0.2,0L1,0.8L0.8,1L0,0.2L-0.8,1L-1,0.8"
+                                             "L-0.2,0L-1,-0.8Z", 190),
+             "new target": ("#7f7f7f", "M-0.8,-1L0,-0.2L0.8,-1L1,-0.8L0.2,0L1,0.8L0.8,1L0,0.2L-0.8,1L-1,0.8"
+                                       "L-0.2,0L-1,-0.8Z", 190)}
+"""What the retarget map marks: colour, point shape (an SVG path for the ×) and size."""
+
+
+def _square(xs: list[float], ys: list[float], pad: float = 1.5) -> tuple[list[float], list[float]]:
+    """Domains of equal span holding every ``xs`` / ``ys`` (cells), so a square plot keeps a
+    cell square and a circle round."""
+    if not xs:
+        return [0.0, 10.0], [0.0, 10.0]
+    lo_x, hi_x, lo_y, hi_y = min(xs) - pad, max(xs) + pad, min(ys) - pad, max(ys) + pad
+    span = max(hi_x - lo_x, hi_y - lo_y)
+    cx, cy = (lo_x + hi_x) / 2, (lo_y + hi_y) / 2
+    return [cx - span / 2, cx + span / 2], [cy - span / 2, cy + span / 2]
+
+
+def retarget_map(position: tuple[float, float] | None, inspected: list[dict], targets: list[dict],
+                 radius: float) -> alt.LayerChart:
+    """A retarget turn on a mini-map: the agent, the inspected episodes' positions with the
+    ``radius`` circle around each (none around an inherited episode, marked ``inherited``:
+    §A.4 does not count it), and the new targets (red when near). Inspected episodes within
+    :data:`LABEL_GAP` cells of each other share one numbered marker (its tooltip lists them),
+    so labels never overlap. Equal axes, y growing downwards as in the game."""
+    pts = [(float(i["x"]), float(i["y"]), str(i["episode"])) for i in inspected if i.get("x") is not None]
+    counted = [(float(i["x"]), float(i["y"])) for i in inspected if i.get("x") is not None and not i.get("inherited")]
+    marks = [{"x": gx, "y": gy, "what": "inspected episodes", "label": str(k + 1), "detail": ", ".join(names)}
+             for k, (gx, gy, names) in enumerate(label_groups(pts))]
+    marks += [{"x": float(t["x"]), "y": float(t["y"]), "what": "new target, near" if t.get("near") else "new target",
+               "label": "", "detail": str(t.get("kind", "?"))} for t in targets]
+    if position is not None:
+        marks.append({"x": float(position[0]), "y": float(position[1]), "what": "agent", "label": "",
+                      "detail": "the agent when the turn began"})
+    circles = [{"circle": i, "k": k, "x": cx + radius * math.cos(2 * math.pi * k / 48),
+                "y": cy + radius * math.sin(2 * math.pi * k / 48)}
+               for i, (cx, cy) in enumerate(dict.fromkeys(counted)) for k in range(49)]
+    xd, yd = _square([m["x"] for m in marks] + [c["x"] for c in circles],
+                     [m["y"] for m in marks] + [c["y"] for c in circles])
+    x = alt.X("x:Q", title="x (cells)", scale=alt.Scale(domain=xd, nice=False, zero=False))
+    y = alt.Y("y:Q", title="y (cells)", scale=alt.Scale(domain=yd, nice=False, zero=False, reverse=True))
+    kinds = [k for k in MAP_KINDS if any(m["what"] == k for m in marks)]
+    layers = []
+    if circles:
+        layers.append(alt.Chart(pd.DataFrame(circles)).mark_line(
+            color=MAP_KINDS["inspected episodes"][0], strokeDash=[2, 3], strokeWidth=1.2).encode(
+            x=x, y=y, detail="circle:N", order="k:Q"))
+    frame = pd.DataFrame(marks, columns=["x", "y", "what", "label", "detail"])
+    layers.append(alt.Chart(frame).mark_point(filled=True, opacity=1).encode(
+        x=x, y=y,
+        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top"),
+                        scale=alt.Scale(domain=kinds, range=[MAP_KINDS[k][0] for k in kinds])),
+        shape=alt.Shape("what:N", title=None, scale=alt.Scale(domain=kinds, range=[MAP_KINDS[k][1] for k in kinds])),
+        size=alt.Size("what:N", legend=None, scale=alt.Scale(domain=kinds, range=[MAP_KINDS[k][2] for k in kinds])),
+        tooltip=[alt.Tooltip("detail:N", title="what"), alt.Tooltip("x:Q"), alt.Tooltip("y:Q")]))
+    layers.append(alt.Chart(frame[frame["label"] != ""]).mark_text(color="white", fontSize=11, fontWeight="bold").encode(
+        x=x, y=y, text="label:N"))
+    return alt.layer(*layers).properties(width=MAP_SIZE, height=MAP_SIZE,
+                                         autosize=alt.AutoSizeParams(type="pad", contains="padding"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, figures, ui
+from dashboard import figures, ui, vega_charts
 from dashboard.core import copy_key, parse_int
 from loaders import analysis_pages as ap
 from loaders import chart_data
@@ -15,6 +15,7 @@ from loaders.run import Run
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
+RATES_WIDTH = 560  # each method's row of bars in the rates chart, pixels
 RATES = {"inspect_rate": "retarget rate, inspecting turns", "other_rate": "retarget rate, other turns",
          "near_rate": "share of new targets near", "null_rate": "null rate (random earlier episodes)"}
 
@@ -54,7 +55,8 @@ for i, (task, group) in enumerate(groups):
                      key=f"rt_runs{tag}")
     rates = chart_data.retarget_rates(group, per_method)
     if len(rates):
-        st.plotly_chart(charts.retarget_rates_figure(rates), width="stretch", key=f"rt_rates{tag}")
+        st.altair_chart(vega_charts.rates_chart(rates, RATES_WIDTH, screen=True), width="content",
+                        key=f"rt_rates{tag}")
     ui.figure_downloads(lambda g=group, r=rates: figures.retargeting_figure(g, rates=r), f"retargeting{tag}",
                         "single")
 st.subheader(f"Retarget audit · {ui.md_code(key)}")
@@ -128,14 +130,13 @@ with left:
     p2.dataframe(pd.DataFrame(list(t.plan_after), columns=["label", "x", "y"]), hide_index=True,
                  width="stretch", key="rt_plan_after")
 with right:
-    st.plotly_chart(charts.retarget_map(tv.position(run, t.first_step, t.life), audit.inspections, audit.targets,
-                                        audit.radius),
-                    width="stretch", key="rt_map")
+    st.altair_chart(vega_charts.retarget_map(tv.position(run, t.first_step, t.life), audit.inspections,
+                                             audit.targets, audit.radius), width="content", key="rt_map")
     st.caption(f"Agent (black) when the turn began; inspected episodes' recorded positions (numbered diamonds; "
-               f"episodes within {charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle (none around "
+               f"episodes within {vega_charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle (none around "
                "an inherited episode: its position is the earlier game's, and §A.4 does not count it); new targets "
                "(×, red when near).")
-    groups = charts.label_groups([(float(i["x"]), float(i["y"]), str(i["episode"])) for i in audit.inspections
+    groups = vega_charts.label_groups([(float(i["x"]), float(i["y"]), str(i["episode"])) for i in audit.inspections
                                   if i.get("x") is not None])
     if groups:
         st.dataframe(pd.DataFrame({"#": range(1, len(groups) + 1), "episodes": [", ".join(g[2]) for g in groups],

@@ -134,7 +134,7 @@ def test_retargeting_page(root: Path) -> None:
     assert at.query_params["turn"] == "2"
     assert list(table_with(at, "nearest")["turn"]) == [2, 3]
     assert table_with(at, "in_plan")["near"].tolist() == [True]
-    assert at.get("plotly_chart")
+    assert len(at.get("vega_lite_chart")) == 2 and not at.get("plotly_chart")
     at.selectbox(key="w_rt_turn").set_value(3).run()
     assert not at.exception
     assert at.query_params["turn"] == "3"

@@ -185,15 +185,17 @@ def test_failure_finder_to_world_aligned_diff(server, page) -> None:
 
 
 def test_retarget_map_labels_do_not_overlap(server, page) -> None:
-    from dashboard import charts
+    from dashboard import vega_charts
 
-    run_dir, turn = crowded_turn(ROOT, charts.LABEL_GAP)
+    run_dir, turn = crowded_turn(ROOT, vega_charts.LABEL_GAP)
     n = turn["turn"]
     inspected = {c["args"]["episode"] for c in turn["calls"] if c["tool"] == "inspect"}
     page.goto(url(server, "retargeting", runs=run_dir.name, turn=str(n)))
     settle(page, timeout=120)
     see(page, f"Open turn {n} in Turns")
-    boxes = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot .textpoint text'))
+    boxes = page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stVegaLiteChart"]'))
+        .filter(c => c.textContent.includes('x (cells)'))
+        .flatMap(c => Array.from(c.querySelectorAll('.mark-text.role-mark text')))
         .map(t => { const b = t.getBoundingClientRect();
                     return [b.left, b.top, b.right, b.bottom, t.textContent]; })""")
     assert boxes, "the retarget map draws no label"

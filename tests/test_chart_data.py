@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, open_app, use_root, vega_data
 from dashboard import charts, figures, vega_charts
 from loaders import chart_data
 from loaders.run import open_run
@@ -124,11 +124,15 @@ def test_intervals_over_seeds() -> None:
     assert len(areas) == 1 and {v["method"] for v in spec["datasets"][areas[0]["data"]["name"]]} == {"mfm"}
 
 
-def test_retargeting_screen_and_print_hold_the_same_rates() -> None:
+def test_retargeting_screen_and_print_hold_the_same_rates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rates the Retargeting page sends to the browser, and the exported figure's."""
     runs = [(d.name, open_run(d)) for d in DIAMOND]
     rates = chart_data.retarget_rates(runs)
-    screen = {(t.name, m, round(float(r), 9)) for t in charts.retarget_rates_figure(rates).data
-              for m, r, label in zip(t.y, t.x, t.text) if not label.startswith("n/a")}
+    use_root(monkeypatch, SAMPLES)
+    at = open_app("retargeting", runs=",".join(d.name for d in DIAMOND))
+    sent = next(t for chart in vega_data(at) for t in chart if "measure" in t.columns)
+    screen = {(m, meth, round(float(r), 9)) for m, meth, r in zip(sent["measure"], sent["method"], sent["rate"])
+              if not math.isnan(r)}
     spec = figures.retargeting_figure(runs, rates=rates).chart.to_dict()
     printed = {(v["measure"], v["method"], round(float(v["rate"]), 9)) for data in _altair_values(spec) for v in data
                if v.get("rate") is not None}

@@ -170,22 +170,29 @@ def test_turns_page(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_retarget_map_labels_do_not_overlap() -> None:
     import math
 
-    from dashboard import charts
+    from dashboard import vega_charts
 
-    run_dir, turn = crowded_turn(REPO / "sample_runs", charts.LABEL_GAP)
+    run_dir, turn = crowded_turn(REPO / "sample_runs", vega_charts.LABEL_GAP)
     idx = {r["id"]: r for r in _rows("index.jsonl", run_dir)}
     eps = [c["args"]["episode"] for c in turn["calls"] if c["tool"] == "inspect"]
     inspected = [{"episode": e, "x": idx[e]["x"], "y": idx[e]["y"]} for e in eps]
     position = tv.turn_view(open_run(run_dir), turn["turn"]).position
     targets = [{"x": g["x"], "y": g["y"], "near": True} for g in turn["targets"]]
-    fig = charts.retarget_map(position, inspected, targets, 8.0)
-    trace = next(t for t in fig.data if t.name == "inspected episodes")
-    pts = list(zip(trace.x, trace.y))
+    spec = vega_charts.retarget_map(position, inspected, targets, 8.0).to_dict()
+    points = next(lay for lay in spec["layer"] if lay["mark"]["type"] == "point")  # the text layer repeats them
+    marks = [v for v in spec["datasets"][points["data"]["name"]] if v["what"] == "inspected episodes"]
+    pts = [(v["x"], v["y"]) for v in marks]
     assert len(pts) < len(set(eps))
-    assert all(math.hypot(a[0] - b[0], a[1] - b[1]) >= charts.LABEL_GAP for i, a in enumerate(pts) for b in pts[i + 1:])
-    labelled = [e for names in fig.layout.meta["labels"].values() for e in names]
+    gap = vega_charts.LABEL_GAP
+    assert all(math.hypot(a[0] - b[0], a[1] - b[1]) >= gap for i, a in enumerate(pts) for b in pts[i + 1:])
+    labelled = [e for v in marks for e in v["detail"].split(", ")]
     assert sorted(labelled) == sorted(set(eps))
-    assert len(set(trace.text)) == len(trace.text)
+    assert sorted(int(v["label"]) for v in marks) == list(range(1, len(marks) + 1))
+    counted = {(float(idx[e]["x"]), float(idx[e]["y"])) for e in eps}
+    ring = [v for rows in spec["datasets"].values() for v in rows if "circle" in v]
+    assert len({v["circle"] for v in ring}) == len(counted), "one 8-cell circle per inspected position"
+    xs, ys = spec["layer"][0]["encoding"]["x"]["scale"]["domain"], spec["layer"][0]["encoding"]["y"]["scale"]["domain"]
+    assert math.isclose(xs[1] - xs[0], ys[1] - ys[0]), "equal axes: a cell is square, a circle round"
 
 
 def test_retargeting_rates_undefined_show_na(monkeypatch: pytest.MonkeyPatch) -> None:
