@@ -203,9 +203,7 @@ def rates_chart(rates: pd.DataFrame, width: int, data: Callable[[pd.DataFrame], 
     bars = base.mark_bar(height=16 if screen else 8).encode(y=y, x=x, color=color)
     if screen:
         bars = bars.encode(tooltip=[alt.Tooltip("method:N"), alt.Tooltip("measure:N"),
-                                    alt.Tooltip("rate:Q", format=".1%"), alt.Tooltip("label:N", title="counts"),
-                                    alt.Tooltip("lo:Q", title="95% from", format=".1%"),
-                                    alt.Tooltip("hi:Q", title="95% to", format=".1%")])
+                                    alt.Tooltip("text:N", title="rate (counts)")])
     return alt.layer(
         bars,
         base.mark_rule(strokeWidth=1.2 if screen else 0.8, color="#222222").encode(y=y, x="lo:Q", x2="hi:Q"),
@@ -216,13 +214,13 @@ def rates_chart(rates: pd.DataFrame, width: int, data: Callable[[pd.DataFrame], 
 
 MAP_SIZE = 400
 """The retarget map's plot, square (pixels)."""
+CROSS = "M-0.8,-1L0,-0.2L0.8,-1L1,-0.8L0.2,0L1,0.8L0.8,1L0,0.2L-0.8,1L-1,0.8L-0.2,0L-1,-0.8Z"
+"""A filled × as a Vega point shape (an SVG path in the unit square)."""
 MAP_KINDS = {"agent": ("#111111", "circle", 170),
              "inspected episodes": (theme.MARK_STYLES["inspect"]["color"], "diamond", 620),
-             "new target, near": ("#d62728", "M-0.8,-1L0,-0.2L0.8,-1L1,-0.8L0.2,0L1,0.8L0.8,1L0,0.2L-0.8,1L-1,0.8"
-                                             "L-0.2,0L-1,-0.8Z", 190),
-             "new target": ("#7f7f7f", "M-0.8,-1L0,-0.2L0.8,-1L1,-0.8L0.2,0L1,0.8L0.8,1L0,0.2L-0.8,1L-1,0.8"
-                                       "L-0.2,0L-1,-0.8Z", 190)}
-"""What the retarget map marks: colour, point shape (an SVG path for the ×) and size."""
+             "new target, near": ("#d62728", CROSS, 190),
+             "new target": ("#7f7f7f", CROSS, 190)}
+"""What the retarget map marks: colour, point shape and size."""
 
 
 def _square(xs: list[float], ys: list[float], pad: float = 1.5) -> tuple[list[float], list[float]]:
