@@ -146,18 +146,13 @@ def grid_figure(key: str, run: Run, width: str = "single", lo: int | None = None
                           + f" and deaths; {view.plane} grows downwards as in the game.")
 
 
-def _band_data(series: chart_data.SeedBands) -> pd.DataFrame:
-    """The drawn series with each method's legend label."""
-    return series.bands.assign(label=[series.label(m) for m in series.bands["method"]])
-
-
 def steps_per_turn_figure(runs: list[tuple[str, Run]], window: int = 25, width: str = "double",
                           series: chart_data.SeedBands | None = None) -> Figure:
     """Rolling median env steps per turn per method (seed band), shaded where MFM leads;
     ``series``: the data a page drew (else prepared here)."""
     series = series or chart_data.steps_per_turn(runs, window)
-    return Figure("steps_per_turn", _style(vega_charts.band_chart(series, data=_data), width, 140), runs, "steps_per_turn", _range(runs),
-                  dict(series.filters), data=_band_data(series),
+    return Figure("steps_per_turn", _style(vega_charts.band_chart(series, data=_data), width, 140), runs,
+                  "steps_per_turn", _range(runs), dict(series.filters), data=vega_charts.band_table(series),
                   caption=f"Env steps per policy decision, rolling median over {window} turns, against env step. "
                           + series.note)
 
@@ -166,9 +161,9 @@ def progress_figure(runs: list[tuple[str, Run]], width: str = "double",
                     series: chart_data.SeedBands | None = None) -> Figure:
     """Milestones reached against env step per method (seed band)."""
     series = series or chart_data.progress(runs)
-    return Figure("progress", _style(vega_charts.band_chart(series, data=_data), width, 140), runs, "progress", _range(runs),
-                  data=_band_data(series), caption="Milestones reached against env step (a finished run keeps its "
-                                                   "final count). " + series.note)
+    return Figure("progress", _style(vega_charts.band_chart(series, data=_data), width, 140), runs, "progress",
+                  _range(runs), data=vega_charts.band_table(series),
+                  caption="Milestones reached against env step (a finished run keeps its final count). " + series.note)
 
 
 def echo_figure(runs: list[tuple[str, Run]], width: str = "double", series: chart_data.SeedBands | None = None
@@ -176,9 +171,10 @@ def echo_figure(runs: list[tuple[str, Run]], width: str = "double", series: char
     """Echo learner runs: distinct achievements unlocked after each Echo episode per
     configuration, the mean over seeds with its 95% interval."""
     series = series or echo.unlock_bands(echo.learner_runs(r.path for _, r in runs)[0])
-    return Figure("echo_unlock", _style(vega_charts.band_chart(series, data=_data), width, 140), runs, "echo", None,
-                  data=_band_data(series), caption="Echo learner: distinct achievements unlocked after each Echo "
-                                                   "episode (one attempt at a goal), per configuration. " + series.note)
+    return Figure("echo_unlock", _style(vega_charts.band_chart(series, data=_data), width, 140), runs, "echo",
+                  None, data=vega_charts.band_table(series),
+                  caption="Echo learner: distinct achievements unlocked after each Echo episode (one attempt at a "
+                          "goal), per configuration. " + series.note)
 
 
 def retargeting_figure(runs: list[tuple[str, Run]], width: str = "single", rates: pd.DataFrame | None = None

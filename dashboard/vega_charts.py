@@ -25,6 +25,11 @@ UNKNOWN = "unknown"
 """The method shown for a run whose manifest names none."""
 
 
+def _method_names(values: pd.Series) -> pd.Series:
+    """Each run's method as text, :data:`UNKNOWN` where the manifest names none."""
+    return values.where(values.notna(), UNKNOWN).astype(str)
+
+
 def _methods(values: pd.Series) -> list[str]:
     return sorted({str(v) for v in values})
 
@@ -56,7 +61,7 @@ def reached_chart(overview: pd.DataFrame) -> alt.Chart:
     the overview's order."""
     d = pd.DataFrame({
         "run": overview["key"].astype(str),
-        "method": overview["method"].where(overview["method"].notna(), UNKNOWN).astype(str),
+        "method": _method_names(overview["method"]),
         "reached": overview["milestones_reached"].astype(int),
         "total": overview["milestones_total"],
         "status": overview["status"].astype(str),
@@ -84,7 +89,7 @@ def milestones_chart(ms: pd.DataFrame, order: list[str]) -> alt.Chart:
     milestones top to bottom in ``order``."""
     d = pd.DataFrame({
         "run": ms["run"].astype(str),
-        "method": ms["method"].where(ms["method"].notna(), UNKNOWN).astype(str),
+        "method": _method_names(ms["method"]),
         "milestone": ms["milestone"].astype(str),
         "step": ms["step"].astype(int),
     })
@@ -105,6 +110,12 @@ def note(text: str, size: float = 7) -> alt.TitleParams:
                            color="#444444", limit=0)
 
 
+def band_table(series: SeedBands) -> pd.DataFrame:
+    """The drawn series with each method's legend label (``label``)."""
+    methods = series.bands["method"]
+    return series.bands.assign(label=methods.map({m: series.label(m) for m in methods.unique()}))
+
+
 SCREEN_HEIGHT = 320
 """The plot's height on a page (pixels)."""
 
@@ -122,7 +133,7 @@ def band_chart(series: SeedBands, data: Callable[[pd.DataFrame], Any] = lambda d
     methods = series.methods
     labels = [series.label(m) for m in methods]
     styles = [theme.method_style(m) for m in methods]
-    bands = series.bands.assign(label=series.bands["method"].map(dict(zip(methods, labels))))
+    bands = band_table(series)
     color = alt.Scale(domain=labels, range=[s.color for s in styles])
     dash = alt.Scale(domain=labels, range=[s.dash_array for s in styles])
     layers = []
@@ -141,18 +152,14 @@ def band_chart(series: SeedBands, data: Callable[[pd.DataFrame], Any] = lambda d
     line = alt.Chart(data(lines)).mark_line(strokeWidth=2 if screen else 1.2).encode(
         x=x, y=y, color=alt.Color("label:N", scale=color, legend=legend),
         strokeDash=alt.StrokeDash("label:N", scale=dash, legend=legend))
-    if screen:
-        zoom = alt.selection_interval(bind="scales", encodings=["x"], zoom="wheel![event.shiftKey]")
-        line = line.add_params(zoom)
-    layers.append(line)
-    if screen:
-        layers.append(alt.Chart(data(lines)).mark_point(size=60, opacity=0).encode(
-            x=x, y=y, tooltip=[alt.Tooltip("method:N"), alt.Tooltip("step:Q", title=series.x_title),
-                               alt.Tooltip("mean:Q", title=series.y_title, format=".2f")]))
-    chart = alt.layer(*layers).resolve_legend(fill="independent")
-    if screen:
-        return chart.properties(title=note(series.note, 12), height=SCREEN_HEIGHT, autosize=FIT_WIDTH)
-    return chart.properties(title=note(series.note))
+    if not screen:
+        return alt.layer(*layers, line).resolve_legend(fill="independent").properties(title=note(series.note))
+    zoom = alt.selection_interval(bind="scales", encodings=["x"], zoom="wheel![event.shiftKey]")
+    hover = alt.Chart(data(lines)).mark_point(size=60, opacity=0).encode(
+        x=x, y=y, tooltip=[alt.Tooltip("method:N"), alt.Tooltip("step:Q", title=series.x_title),
+                           alt.Tooltip("mean:Q", title=series.y_title, format=".2f")])
+    return alt.layer(*layers, line.add_params(zoom), hover).resolve_legend(fill="independent").properties(
+        title=note(series.note, 12), height=SCREEN_HEIGHT, autosize=FIT_WIDTH)
 
 
 LABEL_GAP = 2.0
@@ -172,6 +179,13 @@ def label_groups(points: list[tuple[float, float, str]], gap: float = LABEL_GAP
         elif name not in hit[2]:
             hit[2].append(name)
     return groups
+
+
+def inspected_groups(inspected: list[dict]) -> list[tuple[float, float, list[str]]]:
+    """The retarget map's numbered markers: the inspected episodes that have a recorded
+    position, grouped by :func:`label_groups`."""
+    return label_groups([(float(i["x"]), float(i["y"]), str(i["episode"])) for i in inspected
+                         if i.get("x") is not None])
 
 
 def rates_table(rates: pd.DataFrame) -> pd.DataFrame:
@@ -241,10 +255,9 @@ def retarget_map(position: tuple[float, float] | None, inspected: list[dict], ta
     §A.4 does not count it), and the new targets (red when near). Inspected episodes within
     :data:`LABEL_GAP` cells of each other share one numbered marker (its tooltip lists them),
     so labels never overlap. Equal axes, y growing downwards as in the game."""
-    pts = [(float(i["x"]), float(i["y"]), str(i["episode"])) for i in inspected if i.get("x") is not None]
     counted = [(float(i["x"]), float(i["y"])) for i in inspected if i.get("x") is not None and not i.get("inherited")]
     marks = [{"x": gx, "y": gy, "what": "inspected episodes", "label": str(k + 1), "detail": ", ".join(names)}
-             for k, (gx, gy, names) in enumerate(label_groups(pts))]
+             for k, (gx, gy, names) in enumerate(inspected_groups(inspected))]
     marks += [{"x": float(t["x"]), "y": float(t["y"]), "what": "new target, near" if t.get("near") else "new target",
                "label": "", "detail": str(t.get("kind", "?"))} for t in targets]
     if position is not None:
@@ -271,7 +284,7 @@ def retarget_map(position: tuple[float, float] | None, inspected: list[dict], ta
         shape=alt.Shape("what:N", title=None, scale=alt.Scale(domain=kinds, range=[MAP_KINDS[k][1] for k in kinds])),
         size=alt.Size("what:N", legend=None, scale=alt.Scale(domain=kinds, range=[MAP_KINDS[k][2] for k in kinds])),
         tooltip=[alt.Tooltip("detail:N", title="what"), alt.Tooltip("x:Q"), alt.Tooltip("y:Q")]))
-    layers.append(alt.Chart(frame[frame["label"] != ""]).mark_text(color="white", fontSize=11, fontWeight="bold").encode(
-        x=x, y=y, text="label:N"))
+    layers.append(alt.Chart(frame[frame["label"] != ""]).mark_text(color="white", fontSize=11,
+                                                                    fontWeight="bold").encode(x=x, y=y, text="label:N"))
     return alt.layer(*layers).properties(width=MAP_SIZE, height=MAP_SIZE,
                                          autosize=alt.AutoSizeParams(type="pad", contains="padding"))

@@ -133,11 +133,10 @@ with right:
     st.altair_chart(vega_charts.retarget_map(tv.position(run, t.first_step, t.life), audit.inspections,
                                              audit.targets, audit.radius), width="content", key="rt_map")
     st.caption(f"Agent (black) when the turn began; inspected episodes' recorded positions (numbered diamonds; "
-               f"episodes within {vega_charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle (none around "
-               "an inherited episode: its position is the earlier game's, and §A.4 does not count it); new targets "
-               "(×, red when near).")
-    groups = vega_charts.label_groups([(float(i["x"]), float(i["y"]), str(i["episode"])) for i in audit.inspections
-                                  if i.get("x") is not None])
+               f"episodes within {vega_charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle "
+               "(none around an inherited episode: its position is the earlier game's, and §A.4 does not count "
+               "it); new targets (×, red when near).")
+    groups = vega_charts.inspected_groups(audit.inspections)
     if groups:
         st.dataframe(pd.DataFrame({"#": range(1, len(groups) + 1), "episodes": [", ".join(g[2]) for g in groups],
                                    "x": [g[0] for g in groups], "y": [g[1] for g in groups]}),
