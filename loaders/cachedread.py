@@ -102,7 +102,9 @@ def read_one_table_cached(path: Path, name: str, final: bool = False) -> TableRe
     from the cache while the file's stat is unchanged. Tables the fast path vouched for are
     kept as Arrow columns; tables read line by line as their records, line numbers and problems.
     ``final``: the file's writer is done with it, so it is cached even if it was modified less
-    than ``tablecache.RACY_SECONDS`` ago (:func:`fill_closed_run` says when that is sound)."""
+    than ``tablecache.RACY_SECONDS`` ago (:func:`fill_closed_run` says when that is sound).
+    An Arrow entry made on an open is written in the background (``tablecache.store_later``):
+    the caller has its table before the entry is encoded and written."""
     st = tablecache.stamp(path)
     if st is None or st[0] < CACHE_MIN_BYTES or tablecache.cache_dir() is None:
         return read_one_table_fast(path, name)
@@ -117,6 +119,9 @@ def read_one_table_cached(path: Path, name: str, final: bool = False) -> TableRe
             pass
     read, arrow = _read_one(path, name)
     if (final or not tablecache.racy(st)) and tablecache.stamp(path) == st:
+        if arrow is not None and not final:
+            tablecache.store_later("table", where, key, "arrow", lambda: tablecache.arrow_bytes(arrow))
+            return read
         try:
             payload = tablecache.arrow_bytes(arrow) if arrow is not None else _encode_records(read, rtype)
         except (TypeError, ValueError, pa.ArrowException):

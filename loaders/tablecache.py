@@ -20,6 +20,10 @@ under a per-user cache folder so that reopening an unchanged run costs a file re
   than ``RACY_SECONDS`` ago (a file written in the same clock tick could change without its
   stat changing), unless its writer is done with it: ``loaders.cachedread.fill_closed_run``
   fills the cache when a run is closed, and says why that is sound.
+- An entry made while a run is opened is written by a background thread
+  (:func:`store_later`), so the open does not wait for the encoding and the write; the
+  thread is not a daemon, so a process finishes its writes before it exits, and
+  :func:`wait` waits for them (tests).
 - The folder is kept under ``$MFM_CACHE_MAX_MB`` (default 1024 MB): after each write the
   least recently used entries beyond it are deleted (a hit refreshes an entry's time).
 
@@ -34,10 +38,11 @@ import json
 import os
 import struct
 import tempfile
+import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -145,9 +150,11 @@ def load(kind: str, name: str, key: list[Any]) -> tuple[str, memoryview] | None:
         return None
 
 
-def store(kind: str, name: str, key: list[Any], payload_kind: str, payload: bytes | pa.Buffer) -> None:
-    """Write the entry for ``name`` atomically; any failure leaves the cache as it was."""
-    d = cache_dir()
+def store(kind: str, name: str, key: list[Any], payload_kind: str, payload: bytes | pa.Buffer,
+          d: Path | None = None) -> None:
+    """Write the entry for ``name`` atomically into ``d`` (default: :func:`cache_dir`); any
+    failure leaves the cache as it was."""
+    d = cache_dir() if d is None else d
     if d is None:
         return
     head = json.dumps({"key": [code_key(), kind, name, *key], "payload": payload_kind}).encode()
@@ -172,6 +179,41 @@ def store(kind: str, name: str, key: list[Any], payload_kind: str, payload: byte
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+_pending: list[threading.Thread] = []
+_pending_lock = threading.Lock()
+
+
+def store_later(kind: str, name: str, key: list[Any], payload_kind: str,
+                payload: Callable[[], bytes | pa.Buffer]) -> None:
+    """:func:`store` in a background thread, ``payload()`` made there too; the cache folder
+    is the one in effect now. A payload that cannot be made is not stored."""
+    d = cache_dir()
+    if d is None:
+        return
+
+    def work() -> None:
+        try:
+            data = payload()
+        except (TypeError, ValueError, pa.ArrowException):
+            return
+        store(kind, name, key, payload_kind, data, d)
+
+    t = threading.Thread(target=work, name=f"mfm-cache-{kind}", daemon=False)
+    with _pending_lock:
+        _pending[:] = [p for p in _pending if p.is_alive()]
+        _pending.append(t)
+    t.start()
+
+
+def wait() -> None:
+    """Return once every entry :func:`store_later` was asked for is written (or given up)."""
+    with _pending_lock:
+        threads = list(_pending)
+        _pending.clear()
+    for t in threads:
+        t.join()
 
 
 def _evict(d: Path, limit: int) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,16 @@ def table_cache_dir(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("MFM_CACHE_DIR", None)
     else:
         os.environ["MFM_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def cache_writes_done():
+    """Each test ends with the table cache writes it started finished (``tablecache.wait``),
+    so none lands in a folder a later test owns."""
+    yield
+    tablecache = sys.modules.get("loaders.tablecache")
+    if tablecache is not None:
+        tablecache.wait()
 
 
 def use_root(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:

@@ -47,6 +47,7 @@ def copy_run(tmp_path: Path, status: str | None = None) -> Path:
 
 def entries(cache: Path) -> dict[str, tuple[int, int]]:
     """Each cache entry with its inode and modification time."""
+    tablecache.wait()
     if not cache.is_dir():
         return {}
     return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.glob(f"*{tablecache.SUFFIX}")}
@@ -78,6 +79,27 @@ def test_the_first_open_after_the_fill_is_served_from_the_cache(tmp_path, cache)
         m.setenv("MFM_CACHE_DIR", "off")
         plain = Run(run, DirSource(run), signature(run))
         assert got == {"rows": {n: len(plain.table(n)) for n in views}, "problems": [str(p) for p in plain.problems]}
+
+
+def test_a_process_that_exits_right_after_an_open_leaves_its_entries(tmp_path, cache):
+    """A never-filled run's first open writes its Arrow entries in the background
+    (``tablecache.store_later``); a process that prints and exits at once still leaves them
+    all, and the next process's open is served from them."""
+    run = copy_run(tmp_path)
+    big = [n for n in TABLES if (run / n).is_file() and (run / n).stat().st_size >= cachedread.CACHE_MIN_BYTES]
+    code = ("import loaders.fastread, loaders.tablecache; loaders.fastread.MIN_BYTES = 0; "
+            "loaders.tablecache.RACY_SECONDS = 0.0\n" + OPEN)
+    env = dict(os.environ, MFM_CACHE_DIR=str(cache))
+    views = list(TABLE_NAMES.values())
+    first = subprocess.check_output([sys.executable, "-c", code, str(run), *views], text=True, cwd=REPO, env=env)
+    written = entries(cache)
+    assert len(written) == len(big) + 1, "one entry per table worth caching and one for the file checks"
+    heads = [(cache / n).read_bytes()[:400] for n in written]
+    assert sum(b'"payload": "arrow"' in h for h in heads) >= 1, "an Arrow entry, the kind written in the background"
+    again = subprocess.check_output([sys.executable, "-c", code, str(run), *views], text=True, cwd=REPO, env=env)
+    assert again == first
+    after = entries(cache)
+    assert all(after[n][0] == written[n][0] for n in after), "no entry was rewritten: every table was a hit"
 
 
 def test_the_fill_goes_to_the_path_the_loaders_open(tmp_path, cache):

@@ -96,6 +96,7 @@ def tree(d: Path) -> dict[str, tuple[int, int]]:
 
 
 def entries(cache: Path) -> list[Path]:
+    tablecache.wait()
     return sorted(cache.glob(f"*{tablecache.SUFFIX}")) if cache.is_dir() else []
 
 
