@@ -2,10 +2,10 @@
 SVG, PDF and PNG, each with its data as CSV and a JSON manifest (runs and their content hash,
 step range, filters, command, package version and commit, dashboard deep link).
 
-Each figure draws the data of :mod:`loaders.chart_data`, the same record the page draws (with
-Plotly, or for the seed-band curves and the A.4 rates with the page's own functions,
-``dashboard.vega_charts.band_chart`` and ``rates_chart``), so an export holds what the page
-shows. ``write_figures(paths, out_dir)`` writes every
+Each figure draws the data of :mod:`loaders.chart_data`, the same record the page draws (in
+its own on-screen chart of ``dashboard.vega_charts``, or for the seed-band curves and the A.4
+rates with the page's own functions, ``band_chart`` and ``rates_chart``), so an export holds
+what the page shows. ``write_figures(paths, out_dir)`` writes every
 standard figure and the paper's tables (:mod:`loaders.paper_tables`) for runs or runs roots,
 one folder per task; it backs ``mfm figures`` (docs/figures.md). A figure exported from a page
 also records the page's view (its URL query state), so its deep link reopens that view.

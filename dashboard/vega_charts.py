@@ -1,7 +1,10 @@
-"""Vega-Lite (Altair) charts for the pages whose charts need no click events: the Runs page,
-where a dashboard session starts, the seed-band curves (Progress, Steps per turn, Echo) and
-Retargeting (the A.4 rates and the retarget mini-map). The exported figures of
-``dashboard.figures`` draw the seed bands and the rates with the same functions. No Streamlit.
+"""Vega-Lite (Altair) charts of the pages: the Runs page, where a dashboard session starts,
+the seed-band curves (Progress, Steps per turn, Echo), Retargeting (the A.4 rates and the
+retarget mini-map), Echo's analogy graph, and the Timeline, the Spatial grid and the
+Provenance graph, whose clicks are Vega-Lite point selections that the page reads through
+``st.altair_chart(on_select=...)``. Only the frame panels of Frames stay Plotly
+(``dashboard.charts``). The exported figures of ``dashboard.figures`` draw the seed bands
+and the rates with the same functions. No Streamlit.
 
 Why not Plotly there: every new tab that shows a Plotly chart loads Streamlit's Plotly
 element, a 4.7 MB script, and evaluating it keeps the main thread busy for ~0.8 s on our
@@ -13,13 +16,15 @@ units, a legend, hover text, and the colours and markers of ``dashboard.theme``.
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any, Callable
 
 import altair as alt
+import numpy as np
 import pandas as pd
 
 from dashboard import theme
-from loaders.chart_data import RETARGET_MEASURES, SeedBands
+from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands, TimelineView
 
 UNKNOWN = "unknown"
 """The method shown for a run whose manifest names none."""
@@ -288,3 +293,357 @@ def retarget_map(position: tuple[float, float] | None, inspected: list[dict], ta
                                                                     fontWeight="bold").encode(x=x, y=y, text="label:N"))
     return alt.layer(*layers).properties(width=MAP_SIZE, height=MAP_SIZE,
                                          autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+
+
+GRID_SIDE = 720
+"""The grid map's longer side on a page (pixels); both axes get the same pixels per cell."""
+
+GRID_MARKS = {"episode end position": ("circle", 70), "death": (CROSS, 130), "selected cell": ("square", 420)}
+"""Shape and size of the grid map's point marks, by what they stand for."""
+
+MANY_LIVES = 6
+"""With more lives than this, the grid map's life colours get no legend (the note says so)."""
+
+
+def _grid_size(extent: tuple[int, int, int, int]) -> tuple[int, int]:
+    """Width and height (pixels) giving both axes of ``extent`` the same pixels per cell."""
+    x0, y0, x1, y1 = extent
+    w, h = x1 - x0 + 1, y1 - y0 + 1
+    per_cell = GRID_SIDE / max(w, h)
+    return max(120, round(w * per_cell)), max(120, round(h * per_cell))
+
+
+DEATH_LIFE = -1
+"""The life a death mark is drawn as in the grid map's life colours (black, not in the legend)."""
+
+
+def _grid_points(view: GridView) -> pd.DataFrame:
+    """Episode end positions and deaths as one table of marks with their hover texts."""
+    pos = view.positions
+    many = pos["count"] > 1
+    lives = pos["life"].astype(str)
+    ended = ("1 episode ended here, life " + lives).where(
+        ~many, pos["count"].astype(str) + " episodes ended here, lives " + pos["first_life"].astype(str) + "–" + lives)
+    latest = ("latest " + pos["id"]).where(many, pos["id"])
+    ends = pd.DataFrame({"x": pos["x"], "y": pos["y"], "life": pos["life"], "mark": "episode end position",
+                         "what": ended, "detail": latest + ": " + pos["summary"].str.slice(0, 80)})
+    d = view.deaths
+    deaths = pd.DataFrame({"x": d["x"], "y": d["y"], "life": DEATH_LIFE, "mark": "death",
+                           "what": "death at step " + d["step"].astype(str),
+                           "detail": d["cause"].fillna("unknown").astype(str)})
+    return pd.concat([ends, deaths], ignore_index=True)
+
+
+GRID_PICKS = ("pick_point", "pick_cell")
+"""The grid map's click selections (an end position or death; a cell): each holds the
+clicked mark's ``x`` and ``y``."""
+
+
+def grid_picks(view: GridView) -> list[str]:
+    """The click selections :func:`grid_map` defines for ``view`` (those with marks to click)."""
+    return [name for name, marks in zip(GRID_PICKS, (len(view.positions) + len(view.deaths), len(view.cells)))
+            if marks]
+
+
+def grid_map(view: GridView, cell: tuple[int, int] | None = None) -> alt.LayerChart:
+    """The traversed-cell grid of a :class:`loaders.chart_data.GridView` as a page's map:
+    cells coloured by kind, each life's path and episode end positions in the life's colour,
+    deaths, the picked ``cell`` outlined. Equal axes, the second axis growing downwards as in
+    the game; drag to pan, wheel to zoom (double-click resets); clicking an end position, a
+    death or a cell selects it (:data:`GRID_PICKS`)."""
+    x0, y0, x1, y1 = view.extent
+    width, height = _grid_size(view.extent)
+    xs = alt.Scale(domain=[x0 - 0.5, x1 + 0.5], nice=False, zero=False)
+    ys = alt.Scale(domain=[y0 - 0.5, y1 + 0.5], nice=False, zero=False, reverse=True)
+    x_title, y_title = "x (cells)", f"{view.plane} (cells, downwards as in the game)"
+    x, y = alt.X("x:Q", title=x_title, scale=xs), alt.Y("y:Q", title=y_title, scale=ys)
+    half = 0.46
+    lives = sorted({int(v) for v in view.paths["life"]} | {int(v) for v in view.positions["life"]})
+    many = len(lives) > MANY_LIVES
+    life_color = alt.Color("life:N", scale=alt.Scale(domain=[*lives, DEATH_LIFE],
+                                                     range=[*(theme.life_color(v) for v in lives), "#111111"]),
+                           legend=None if many else alt.Legend(title="life", orient="right", values=lives))
+    zoom = alt.selection_interval(name="grid_zoom", bind="scales")
+    layers = []
+    cells = view.cells
+    if len(cells):
+        kinds = list(dict.fromkeys(cells["kind"]))
+        pick_cell = alt.selection_point(GRID_PICKS[1], fields=["x", "y"], on="click", clear=False, empty=False)
+        layers.append(alt.Chart(cells).transform_calculate(
+            left=f"datum.x - {half}", right=f"datum.x + {half}", top=f"datum.y - {half}",
+            bottom=f"datum.y + {half}").mark_rect().encode(
+            x=alt.X("left:Q", scale=xs, title=x_title), x2="right:Q",
+            y=alt.Y("top:Q", scale=ys, title=y_title), y2="bottom:Q",
+            fill=alt.Fill("kind:N", title="cell", legend=alt.Legend(orient="right"),
+                          scale=alt.Scale(domain=kinds, range=[theme.cell_kind_color(k) for k in kinds])),
+            tooltip=[alt.Tooltip("x:Q"), alt.Tooltip("y:Q", title=view.plane), alt.Tooltip("kind:N"),
+                     alt.Tooltip("count:Q", title="records"), alt.Tooltip("first_step:Q", title="first step"),
+                     alt.Tooltip("last_step:Q", title="last step"), alt.Tooltip("lives:N")],
+        ).add_params(zoom, pick_cell))
+    if len(view.paths):
+        path = alt.Chart(view.paths).mark_line(strokeWidth=2, opacity=0.75).encode(
+            x=x, y=y, color=life_color, detail="life:N", order="step:Q")
+        layers.append(path if len(cells) else path.add_params(zoom))
+    points = _grid_points(view)
+    marks = [m for m in GRID_MARKS if m in set(points["mark"]) or (m == "selected cell" and cell is not None)]
+    legend = alt.Legend(title=None, orient="right")
+    shape = alt.Shape("mark:N", legend=legend, scale=alt.Scale(domain=marks, range=[GRID_MARKS[m][0] for m in marks]))
+    size = alt.Size("mark:N", legend=legend, scale=alt.Scale(domain=marks, range=[GRID_MARKS[m][1] for m in marks]))
+    if len(points):
+        pick_point = alt.selection_point(GRID_PICKS[0], fields=["x", "y"], on="click", clear=False, empty=False)
+        layers.append(alt.Chart(points).mark_point(filled=True, opacity=1, stroke="#222222", strokeWidth=0.8).encode(
+            x=x, y=y, shape=shape, size=size,
+            color=life_color,
+            tooltip=[alt.Tooltip("what:N", title="what"), alt.Tooltip("detail:N", title="detail"),
+                     alt.Tooltip("x:Q"), alt.Tooltip("y:Q", title=view.plane)],
+        ).add_params(pick_point))
+    if cell is not None:
+        picked = pd.DataFrame([{"x": cell[0], "y": cell[1], "mark": "selected cell"}])
+        layers.append(alt.Chart(picked).mark_point(filled=False, strokeWidth=3, color="#ff00aa").encode(
+            x=x, y=y, shape=shape, size=size))
+    if not layers:
+        layers.append(alt.Chart(pd.DataFrame([{"x": (x0 + x1) / 2, "y": (y0 + y1) / 2,
+                                               "text": "no cells or positions recorded"}]))
+                      .mark_text().encode(x=x, y=y, text="text:N").add_params(zoom))
+    text = ("Each life's path and its episodes' end positions in the life's colour"
+            + (f" ({len(lives)} lives)" if many else "") + ". Drag to pan, wheel to zoom, double-click to reset.")
+    return alt.layer(*layers).properties(width=width, height=height, title=note(text, 12),
+                                         autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+
+
+STAR = ("M0,-1L0.24,-0.33L0.95,-0.31L0.38,0.12L0.59,0.81L0,0.4L-0.59,0.81L-0.38,0.12L-0.95,-0.31L-0.24,-0.33Z")
+CIRCLE_X = ("M0,-1A1,1 0 1 1 0,1A1,1 0 1 1 0,-1ZM-0.5,-0.65L0,-0.15L0.5,-0.65L0.65,-0.5L0.15,0L0.65,0.5"
+            "L0.5,0.65L0,0.15L-0.5,0.65L-0.65,0.5L-0.15,0L-0.65,-0.5Z")
+TIMELINE_SHAPES = {"star": STAR, "x": CROSS, "triangle-down": "triangle-down", "diamond": "diamond",
+                   "square": "square", "circle": "circle", "circle-x": CIRCLE_X}
+"""The Vega-Lite shape of each marker symbol of ``theme.MARK_STYLES`` (Plotly's names)."""
+
+MARK_OFFSETS = {"milestone": -0.42, "memory_write": -0.32, "death": 0.0, "search": 0.32, "inspect": 0.42,
+                "model_ok": 0.2, "model_retried": 0.2, "model_failed": 0.2}
+"""Where in its life's lane (lane height 1) each kind of timeline mark sits, so kinds at
+one step do not hide each other."""
+
+TIMELINE_PICK = "pick_episode"
+"""The timeline's click selection: the clicked bar's ``episode`` (empty for merged bars)."""
+
+SELECTED = "selected episode"
+
+
+def _lane_height(lives: list[int]) -> int:
+    return 70 if len(lives) <= 8 else max(22, 560 // len(lives))
+
+
+def _timeline_marks(view: TimelineView, selected: str | None,
+                    span: tuple[int, int, int] | None) -> pd.DataFrame:
+    """The event marks with their lane position, shape, colour and size (pixels²), and the
+    selected episode's pointer."""
+    marks, lives = view.marks, view.lives
+    scale = 1.0 if len(lives) <= 8 else max(0.55, 8 / len(lives))
+    parts = []
+    for kind, style in theme.MARK_STYLES.items():
+        m = marks[marks["kind"] == kind] if len(marks) else marks
+        if not len(m):
+            continue
+        side = (style["size"] * scale if m["count"].max() <= 1
+                else np.clip((style["size"] + np.log2(m["count"].to_numpy(float))) * scale, 5, 22))
+        parts.append(pd.DataFrame({"step": m["step"], "lane": m["life"] + MARK_OFFSETS[kind], "name": style["name"],
+                                   "label": m["label"], "size": np.square(side) * 0.8}))
+    if span is not None:
+        a, b, life = span
+        parts.append(pd.DataFrame([{"step": (a + b) / 2, "lane": life - 0.47, "name": SELECTED,
+                                    "label": f"selected {selected}: steps {a}–{b}", "size": 150.0}]))
+    return (pd.concat(parts, ignore_index=True) if parts
+            else pd.DataFrame(columns=["step", "lane", "name", "label", "size"]))
+
+
+VITALS_HEIGHT = 150
+"""Height (pixels) of the timeline's vitals band, under the lanes."""
+
+
+def timeline_chart(view: TimelineView, selected: str | None = None, step: int | None = None,
+                   span: tuple[int, int, int] | None = None) -> alt.LayerChart:
+    """Episodes as bars over env steps, one lane per life, with the event marks, and in a
+    band below the vitals (minimum per bin when binned; their axis on the right). ``span`` =
+    (first_step, last_step, life) of the ``selected`` episode, shaded even when its bar is
+    merged; ``step``: a dotted rule. One view, so lanes and vitals share the step axis: drag
+    it to pan, wheel to zoom (double-click resets); clicking an episode's bar selects it
+    (:data:`TIMELINE_PICK`)."""
+    bars, vitals, lives = view.bars, view.vitals, view.lives
+    what = "outcome" if view.color_by == "outcome" else "action kind"
+    lanes_px = max(_lane_height(lives) * (len(lives) + 0.2), 120)
+    lane_px = lanes_px / (len(lives) + 0.2)
+    band = VITALS_HEIGHT + 24 if len(vitals) else 0
+    height = round(lanes_px + band)
+    x_scale = alt.Scale(domain=[view.lo - 0.5, view.hi + 0.5], nice=False, zero=False)
+    top = min(lives) - 0.6
+    lane = alt.Scale(domain=[top, top + height / lane_px], nice=False, zero=False, reverse=True)
+    lane_axis = alt.Axis(values=lives, labelExpr="'life ' + datum.value", grid=False, title="life (one lane each)",
+                         titleY=lanes_px / 2)
+    x = alt.X("start:Q", scale=x_scale, title="env step")
+    y = alt.Y("top:Q", scale=lane, axis=lane_axis)
+    zoom = alt.selection_interval(name="timeline_zoom", bind="scales", encodings=["x"])
+    pick = alt.selection_point(TIMELINE_PICK, fields=["episode"], on="click", clear=False, empty=False)
+    cats = sorted(set(bars["category"])) if len(bars) else []
+    layers = [alt.Chart(bars.assign(top=bars["life"] - 0.25, bottom=bars["life"] + 0.25)).mark_rect().encode(
+        x=x, x2="end:Q", y=y, y2="bottom:Q",
+        fill=alt.Fill("category:N", title=what, legend=alt.Legend(orient="top", title=None),
+                      scale=alt.Scale(domain=cats, range=[theme.category_color(c, view.color_by) for c in cats])),
+        tooltip=[alt.Tooltip("label:N", title="episode"), alt.Tooltip("category:N", title=what),
+                 alt.Tooltip("start:Q", title="from step"), alt.Tooltip("end:Q", title="to step", format=".0f")],
+    ).add_params(zoom, pick)]
+    if span is not None:
+        a, b, life = span
+        layers.insert(0, alt.Chart(pd.DataFrame([{"start": a, "end": max(b, a + 0.5), "top": top,
+                                                  "bottom": max(lives) + 0.6}])).mark_rect(
+            color="#000000", opacity=0.10).encode(x=x, x2="end:Q", y=y, y2="bottom:Q"))
+    chosen = bars[bars["episode"] == selected] if selected and len(bars) else bars.iloc[0:0]
+    if len(chosen):
+        layers.append(alt.Chart(chosen.assign(top=chosen["life"] - 0.36, bottom=chosen["life"] + 0.36)).mark_rect(
+            filled=False, stroke="#000000", strokeWidth=2.5).encode(x=x, x2="end:Q", y=y, y2="bottom:Q"))
+    points = _timeline_marks(view, selected, span)
+    if len(points):
+        names = list(dict.fromkeys(points["name"]))
+        style = {s["name"]: s for s in theme.MARK_STYLES.values()}
+        colors = [style[n]["color"] if n in style else "#000000" for n in names]
+        shapes = [TIMELINE_SHAPES[style[n]["symbol"]] if n in style else "triangle-down" for n in names]
+        legend = alt.Legend(orient="bottom", title=None, symbolSize=110, symbolStrokeWidth=0)
+        layers.append(alt.Chart(points).mark_point(filled=True, opacity=1, stroke="#ffffff", strokeWidth=0.5).encode(
+            x=alt.X("step:Q", scale=x_scale), y=alt.Y("lane:Q", scale=lane, axis=lane_axis),
+            color=alt.Color("name:N", legend=legend, scale=alt.Scale(domain=names, range=colors)),
+            shape=alt.Shape("name:N", legend=legend, scale=alt.Scale(domain=names, range=shapes)),
+            size=alt.Size("size:Q", scale=None, legend=None),
+            tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("name:N", title="mark"), alt.Tooltip("label:N")]))
+    if step is not None:
+        layers.append(alt.Chart(pd.DataFrame([{"step": step}])).mark_rule(
+            color="#444444", strokeDash=[2, 3]).encode(x=alt.X("step:Q", scale=x_scale)))
+    vital = []
+    if len(vitals):
+        names = list(theme.VITAL_COLORS)
+        per_px = 10 / VITALS_HEIGHT
+        vital.append(alt.Chart(vitals).transform_fold(names, as_=["vital", "value"]).mark_line(
+            interpolate="step-after", strokeWidth=1.5).encode(
+            x=alt.X("step:Q", scale=x_scale),
+            y=alt.Y("value:Q", scale=alt.Scale(domain=[-0.5, -0.5 + height * per_px], nice=False, zero=False),
+                    axis=alt.Axis(values=[0, 3, 6, 9], orient="right", grid=False, title="vitals (0–9)",
+                                  titleY=height - VITALS_HEIGHT / 2)),
+            stroke=alt.Stroke("vital:N", legend=alt.Legend(orient="right", title=None),
+                              scale=alt.Scale(domain=names, range=list(theme.VITAL_COLORS.values()))),
+            detail="life:N",
+            tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("vital:N"), alt.Tooltip("value:Q"), alt.Tooltip("life:N")]))
+        layers.append(alt.Chart(pd.DataFrame([{"top": top + lanes_px / lane_px}])).mark_rule(
+            color="#bbbbbb").encode(y=y))
+    return alt.layer(alt.layer(*layers), *vital).resolve_scale(y="independent").properties(
+        height=height, autosize=FIT_WIDTH)
+
+
+PROV_COLUMNS = {"episode": 0, "knowledge": 1, "procedure": 2, "plan": 3, "file": 4}
+"""The provenance graph's columns: one per node kind."""
+PROV_COLORS = {"episode": "#4e79a7", "knowledge": "#1b9e77", "procedure": "#d95f02", "plan": "#7570b3",
+               "file": "#999999", "disabled": "#d62728"}
+EDGE_STYLES = {"cites": ("#bdbdbd", []), "revises": ("#7570b3", [2, 3]), "disabled_because": ("#d62728", []),
+               "used_in": ("#2ca02c", [])}
+"""Colour and dash of each kind of provenance edge."""
+PROV_SHAPES = {"version": "circle", "merged nodes": "square", "disabled": CROSS}
+PROV_PICK = "pick_node"
+"""The provenance graph's click selection: the clicked node's ``id``."""
+
+
+def prov_x(kind: str, chain: str) -> float:
+    """Column of a node kind, spread within the column by a stable hash of its chain."""
+    spread = (zlib.crc32(chain.encode("utf-8")) % 1000) / 1000 * 0.7 - 0.35 if chain else 0.0
+    return PROV_COLUMNS.get(kind, len(PROV_COLUMNS)) + spread
+
+
+def provenance_graph(nodes: pd.DataFrame, edges: pd.DataFrame, selected: str | None = None) -> alt.LayerChart:
+    """The provenance graph of ``loaders.provenance`` (``nodes_frame``, ``edges_frame``): one
+    column per node kind, env step downwards, edges as lines coloured by kind. Merged nodes
+    are squares sized by how many they merge, disabled procedures red crosses; ``selected``
+    is ringed. Wheel to zoom, drag to pan; clicking a node selects it (:data:`PROV_PICK`)."""
+    names = list(PROV_COLUMNS)
+    x_scale = alt.Scale(domain=[-0.6, len(names) - 0.4], nice=False, zero=False)
+    x = alt.X("x:Q", scale=x_scale, title="node kind", axis=alt.Axis(
+        values=list(PROV_COLUMNS.values()), labelExpr=f"{names}[datum.value]", grid=False))
+    y = alt.Y("step:Q", title="env step", scale=alt.Scale(reverse=True, zero=False))
+    if not len(nodes):
+        return alt.Chart(pd.DataFrame([{"x": 2, "step": 0, "text": "no memory written in this range"}])).mark_text(
+        ).encode(x=x, y=y, text="text:N").properties(height=300, autosize=FIT_WIDTH)
+    xs = {i: prov_x(k, c or i) for i, k, c in zip(nodes["id"], nodes["kind"], nodes["chain"])}
+    steps = dict(zip(nodes["id"], nodes["step"].astype(float)))
+    layers = []
+    e = edges[edges["src"].isin(xs) & edges["dst"].isin(xs)] if len(edges) else edges
+    if len(e):
+        kinds = [k for k in EDGE_STYLES if k in set(e["kind"])]
+        frame = pd.DataFrame({"x": e["src"].map(xs), "step": e["src"].map(steps), "x2": e["dst"].map(xs),
+                              "step2": e["dst"].map(steps), "edge": e["kind"].str.replace("_", " ")})
+        shown = [k.replace("_", " ") for k in kinds]
+        legend = alt.Legend(title="edge", orient="right", symbolType="stroke")
+        layers.append(alt.Chart(frame).mark_rule(opacity=0.8, strokeWidth=1.5).encode(
+            x=x, y=y, x2="x2:Q", y2="step2:Q",
+            color=alt.Color("edge:N", legend=legend, scale=alt.Scale(
+                domain=shown, range=[EDGE_STYLES[k][0] for k in kinds])),
+            strokeDash=alt.StrokeDash("edge:N", legend=None, scale=alt.Scale(
+                domain=shown, range=[EDGE_STYLES[k][1] for k in kinds]))))
+    merged = nodes["count"] > 1
+    form = np.where(merged, "merged nodes", np.where(nodes["disabled"], "disabled", "version"))
+    points = pd.DataFrame({"x": nodes["id"].map(xs), "step": nodes["step"], "id": nodes["id"],
+                           "node": np.where(nodes["disabled"], "disabled", nodes["kind"]), "form": form,
+                           "label": nodes["label"].str.slice(0, 140),
+                           "size": np.square(np.minimum(22, 7 + 2 * np.log2(nodes["count"].to_numpy(float))))})
+    present = [k for k in PROV_COLORS if k in set(points["node"])]
+    forms = [f for f in PROV_SHAPES if f in set(points["form"])]
+    pick = alt.selection_point(PROV_PICK, fields=["id"], on="click", clear=False, empty=False)
+    zoom = alt.selection_interval(name="prov_zoom", bind="scales")
+    layers.append(alt.Chart(points).mark_point(filled=True, opacity=1, stroke="#333333", strokeWidth=0.5).encode(
+        x=x, y=y, size=alt.Size("size:Q", scale=None, legend=None),
+        color=alt.Color("node:N", title="node", legend=alt.Legend(orient="right", symbolSize=100),
+                        scale=alt.Scale(domain=present, range=[PROV_COLORS[k] for k in present])),
+        shape=alt.Shape("form:N", title=None,
+                        legend=alt.Legend(orient="right", symbolSize=100) if forms != ["version"] else None,
+                        scale=alt.Scale(domain=forms, range=[PROV_SHAPES[f] for f in forms])),
+        tooltip=[alt.Tooltip("id:N"), alt.Tooltip("label:N"), alt.Tooltip("step:Q", title="env step")],
+    ).add_params(pick, zoom))
+    if selected in xs:
+        layers.append(alt.Chart(pd.DataFrame([{"x": xs[selected], "step": steps[selected]}])).mark_point(
+            filled=False, size=420, stroke="#111111", strokeWidth=3).encode(x=x, y=y))
+    return alt.layer(*layers).resolve_scale(color="independent").properties(height=620, autosize=FIT_WIDTH)
+
+
+CSD_STATUS_COLORS = {"verified": "#1b9e77", "failed": "#d62728", "candidate": "#999999"}
+"""The colour of an Echo task by its status now."""
+ANALOGY_ROLES = {"representative": [], "exemplar": [2, 3]}
+"""Dash of an analogy edge by the role of its source (solid: the representative task)."""
+
+
+def analogy_graph(nodes: pd.DataFrame, edges: pd.DataFrame) -> alt.LayerChart:
+    """The Echo analogy graph from ``loaders.echo.analogy_layout`` (``nodes``) and
+    ``analogy_edges``: edges labelled with the axes that carried the analogy (solid from the
+    representative, dotted from the exemplar sharing the value); node colour is the task's
+    status, its name above it."""
+    pos = {r.task: (r.x, r.y) for r in nodes.itertuples()}
+    known = edges[edges["source"].isin(pos) & edges["target"].isin(pos)] if len(edges) else edges
+    frame = pd.DataFrame({"x": known["source"].map(lambda t: pos[t][0]), "y": known["source"].map(lambda t: pos[t][1]),
+                          "x2": known["target"].map(lambda t: pos[t][0]),
+                          "y2": known["target"].map(lambda t: pos[t][1]),
+                          "status": known["status"], "role": known["role"], "axes": known["axes"]})
+    frame["mx"], frame["my"] = (frame["x"] + frame["x2"]) / 2, (frame["y"] + frame["y2"]) / 2
+    hidden = alt.Axis(labels=False, ticks=False, domain=False, grid=False, title=None)
+    pad = 0.5
+    xs = alt.Scale(domain=[float(nodes["x"].min()) - pad, float(nodes["x"].max()) + pad], nice=False, zero=False)
+    ys = alt.Scale(domain=[float(nodes["y"].min()) - pad, float(nodes["y"].max()) + pad], nice=False, zero=False)
+    x, y = alt.X("x:Q", axis=hidden, scale=xs), alt.Y("y:Q", axis=hidden, scale=ys)
+    statuses = [s for s in CSD_STATUS_COLORS if s in set(nodes["status"]) | set(frame["status"])]
+    color = alt.Scale(domain=statuses, range=[CSD_STATUS_COLORS[s] for s in statuses])
+    roles = [r for r in ANALOGY_ROLES if r in set(frame["role"])]
+    status = alt.Legend(orient="top", title="task")
+    layers = [alt.Chart(frame).mark_rule(strokeWidth=1.2).encode(
+        x=x, y=y, x2="x2:Q", y2="y2:Q", color=alt.Color("status:N", scale=color, legend=status),
+        strokeDash=alt.StrokeDash("role:N", title="edge from", legend=alt.Legend(orient="top"),
+                                  scale=alt.Scale(domain=roles, range=[ANALOGY_ROLES[r] for r in roles]))),
+              alt.Chart(frame).mark_text(fontSize=10, color="#333333").encode(
+        x=alt.X("mx:Q", axis=hidden, scale=xs), y=alt.Y("my:Q", axis=hidden, scale=ys), text="axes:N")]
+    layers += [alt.Chart(nodes).mark_point(filled=True, size=220, stroke="#333333", strokeWidth=1, opacity=1).encode(
+        x=x, y=y, color=alt.Color("status:N", scale=color, legend=status),
+        tooltip=[alt.Tooltip("task:N"), alt.Tooltip("status:N")]),
+        alt.Chart(nodes).mark_text(dy=-16, fontSize=12).encode(x=x, y=y, text="task:N")]
+    tallest = int(nodes["x"].value_counts().max()) if len(nodes) else 1
+    return alt.layer(*layers).properties(height=max(320, 70 * tallest), autosize=FIT_WIDTH)

@@ -1,5 +1,5 @@
-"""The data of each chart, prepared once and drawn twice: on screen (Plotly,
-``dashboard.charts``) and in print (Altair, ``dashboard.figures``), and in notebooks.
+"""The data of each chart, prepared once and drawn twice: on screen (Vega-Lite,
+``dashboard.vega_charts``) and in print (Altair, ``dashboard.figures``), and in notebooks.
 
 One function per view returns a small frozen record of tables; a page draws it and hands the
 same record to the figure export, so an exported figure shows exactly the data the page shows.

@@ -1,7 +1,7 @@
 """Echo views of learner runs (``csd.jsonl`` and ``echo.jsonl``): unlock curves per
 configuration, the analogy graph (which task was induced from which exemplars, along which
 axes, and whether it worked), and the descriptors themselves. Plain functions returning data
-(the graph is drawn by ``dashboard.charts.analogy_figure``), no Streamlit."""
+(the graph is drawn by ``dashboard.vega_charts.analogy_graph``), no Streamlit."""
 from __future__ import annotations
 
 import json

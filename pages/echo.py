@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, figures, safe_text, ui, vega_charts
+from dashboard import figures, safe_text, ui, vega_charts
 from loaders import echo
 from loaders.chart_data import SeedBands
 from loaders.run import Run
@@ -70,7 +70,7 @@ st.caption("Each induced task (right) is linked to the representative task it wa
            "the exemplar sharing the substituted value (dotted, labelled with its per-axis similarity). Colour: "
            "verified, failed or still a candidate.")
 if len(edges):
-    st.plotly_chart(charts.analogy_figure(echo.analogy_layout(csds, edges), edges), width="stretch",
+    st.altair_chart(vega_charts.analogy_graph(echo.analogy_layout(csds, edges), edges), width="stretch",
                     key="echo_graph")
     st.dataframe(edges, hide_index=True, width="stretch", key="echo_edges")
 else:

@@ -1,11 +1,11 @@
 """Spatial grid: the traversed-cell map, each life's path, episode positions and deaths."""
 from __future__ import annotations
 
+import altair as alt
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import charts, figures, ui
+from dashboard import figures, ui, vega_charts
 from dashboard.core import clamp_range, format_range, parse_cell, split_list
 from dashboard.theme import CELL_KIND_COLORS
 from loaders import chart_data, run_pages
@@ -49,11 +49,11 @@ cell = parse_cell(ui.qp("cell"))
 
 
 def _map(r: Run, lo: int, hi: int, kinds: tuple[str, ...], life: int | None, band: tuple[int, int] | None,
-         paths: bool, positions: bool, cell: tuple[int, int] | None) -> tuple[chart_data.GridView, go.Figure]:
-    """The grid's view and figure, built once per run version and choice (kept, not copied:
+         paths: bool, positions: bool, cell: tuple[int, int] | None) -> tuple[chart_data.GridView, alt.LayerChart]:
+    """The grid's view and map, built once per run version and choice (kept, not copied:
     only read)."""
     view = ui.cached(chart_data.grid)(r, lo, hi, kinds, life=life, height=band, paths=paths, positions=positions)
-    return view, charts.grid_figure(view, cell)
+    return view, vega_charts.grid_map(view, cell)
 
 
 view, fig = ui.cached(_map, max_entries=16, shared=True)(run, lo, hi, tuple(kinds), st.session_state["w_life"], band,
@@ -61,17 +61,19 @@ view, fig = ui.cached(_map, max_entries=16, shared=True)(run, lo, hi, tuple(kind
 
 
 def _on_pick() -> None:
-    """Chart selection callback: the clicked marker's cell goes into the URL."""
+    """Map selection callback: the clicked mark's cell goes into the URL."""
     sel = st.session_state.get("grid_chart")
-    points = sel["selection"]["points"] if sel and sel.get("selection") else []
-    for p in points:
+    picked = sel["selection"] if sel and sel.get("selection") else {}
+    for p in (p for name in vega_charts.GRID_PICKS for p in picked.get(name) or []):
         px, py = p.get("x"), p.get("y")
         if isinstance(px, (int, float)) and isinstance(py, (int, float)):
             ui.set_qp(cell=f"{int(round(px))},{int(round(py))}")
             break
 
 
-st.plotly_chart(fig, width="stretch", key="grid_chart", on_select=_on_pick, selection_mode="points")
+picks = vega_charts.grid_picks(view)
+st.altair_chart(fig, width="content", key="grid_chart",
+                **({"on_select": _on_pick, "selection_mode": picks} if picks else {}))
 ui.figure_downloads(lambda: figures.grid_figure(key, run, view=view),
                     f"spatial_grid_{figures.file_stem(key)}", "single")
 counts = view.cells["kind"].value_counts() if len(view.cells) else pd.Series(dtype=int)
@@ -79,7 +81,7 @@ st.caption(" · ".join(f"{k}: {int(counts.get(k, 0))} cells" for k in GRID_KINDS
            f" · {len(view.paths)} path points drawn (of {len(run.steps())} steps)"
            + (f" · {view.merged} episode end positions in {len(view.positions)} cells (one marker per cell, "
               "the latest episode's; its hover counts them)" if view.merged else "")
-           + " · click a marker to pick its cell")
+           + " · click a mark or a cell to pick it")
 
 st.subheader("Cell")
 pos = view.positions
@@ -89,7 +91,7 @@ a, b = st.columns(2)
 a.number_input("x", step=1, **gx)
 b.number_input(view.plane, step=1, **gy)
 if cell is None:
-    st.info("Pick a cell: click a marker on the map or type x and y.")
+    st.info("Pick a cell: click one on the map or type x and y.")
     st.stop()
 
 x, y = cell

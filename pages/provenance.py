@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, figures, ui
+from dashboard import figures, ui, vega_charts
 from dashboard.core import clamp_range, format_range
 from loaders import provenance as pv
 from loaders import run_pages
@@ -76,9 +76,8 @@ if node_id and full.node(node_id) is None and g.node(node_id) is None:
 def _on_pick() -> None:
     """Chart selection: the clicked node goes into the URL."""
     sel = st.session_state.get("prov_chart")
-    for p in (sel["selection"]["points"] if sel and sel.get("selection") else []):
-        cd = p.get("customdata")
-        nid = cd[0] if isinstance(cd, list) and cd else cd
+    for p in (sel["selection"].get(vega_charts.PROV_PICK) or [] if sel and sel.get("selection") else []):
+        nid = p.get("id")
         if isinstance(nid, str) and (g.node(nid) or full.node(nid)):
             ui.set_qp(node=nid)
             st.session_state.pop("w_prov_node", None)
@@ -86,8 +85,9 @@ def _on_pick() -> None:
 
 
 shown = g.where(node_id) if node_id else None
-st.plotly_chart(charts.provenance_figure(g.nodes_frame(), g.edges_frame(), shown.id if shown else None),
-                width="stretch", key="prov_chart", on_select=_on_pick, selection_mode="points")
+graph = vega_charts.provenance_graph(g.nodes_frame(), g.edges_frame(), shown.id if shown else None)
+st.altair_chart(graph, width="stretch", key="prov_chart",
+                **({"on_select": _on_pick, "selection_mode": [vega_charts.PROV_PICK]} if g.nodes else {}))
 ui.figure_downloads(lambda: figures.provenance_figure(key, run, lo=int(lo), hi=int(hi)),
                     f"provenance_{figures.file_stem(key)}", "double")
 

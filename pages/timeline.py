@@ -1,10 +1,10 @@
 """Timeline: episodes over env steps, one lane per life, with marks; episode details and frames."""
 from __future__ import annotations
 
-import plotly.graph_objects as go
+import altair as alt
 import streamlit as st
 
-from dashboard import charts, figures, ui
+from dashboard import figures, ui, vega_charts
 from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.theme import STATUS_LABELS
 from dashboard.scrubber import frame_scrubber
@@ -44,7 +44,8 @@ c1.radio("Colour episodes by", ["action kind", "outcome"], horizontal=True,
 c2.slider("Step range (zoom)", min_value=first, max_value=last,
           **ui.bound("w_range", "range", (first, last), lambda v: clamp_range(v, first, last), format_range,
                      sync=True),
-          help="Server-side zoom: long runs are binned to the range shown. Drag in the chart to zoom further.")
+          help="Server-side zoom: long runs are binned to the range shown. In the chart, the wheel zooms "
+               "further and a drag pans (double-click resets).")
 lo, hi = st.session_state["w_range"]
 color_by = "outcome" if st.session_state["w_color"] == "outcome" else "action_kind"
 
@@ -68,9 +69,9 @@ sel = run.episode(ep_id) if ep_id else None
 
 
 def _chart(r: Run, lo: int, hi: int, color_by: str, ep: str | None, step: int | None,
-           span: tuple[int, int, int] | None) -> go.Figure:
-    """The page's figure, built once per run version and view (kept, not copied: only read)."""
-    return charts.timeline_figure(ui.timeline(r, lo, hi, color_by), ep, step, span)
+           span: tuple[int, int, int] | None) -> alt.VConcatChart | alt.LayerChart:
+    """The page's chart, built once per run version and view (kept, not copied: only read)."""
+    return vega_charts.timeline_chart(ui.timeline(r, lo, hi, color_by), ep, step, span)
 
 
 fig = ui.cached(_chart, max_entries=16, shared=True)(
@@ -85,16 +86,18 @@ def _first_frame(ep: str | None) -> int | None:
 
 
 def _on_bar() -> None:
-    """Chart selection callback: a clicked episode bar becomes the selected episode."""
+    """Chart selection callback: a clicked episode bar becomes the selected episode (a bar
+    that merges several episodes names none)."""
     sel = st.session_state.get("timeline_chart")
-    for p in (sel["selection"]["points"] if sel and sel.get("selection") else []):
-        cd = p.get("customdata")
-        if isinstance(cd, list) and cd and isinstance(cd[0], str) and cd[0].startswith("ep_"):
-            ui.set_qp(ep=cd[0], step=_first_frame(cd[0]))
+    for p in (sel["selection"].get(vega_charts.TIMELINE_PICK) or [] if sel and sel.get("selection") else []):
+        ep = p.get("episode")
+        if isinstance(ep, str) and run.episode(ep) is not None:
+            ui.set_qp(ep=ep, step=_first_frame(ep))
             break
 
 
-st.plotly_chart(fig, width="stretch", key="timeline_chart", on_select=_on_bar, selection_mode="points")
+st.altair_chart(fig, width="stretch", key="timeline_chart", on_select=_on_bar,
+                selection_mode=[vega_charts.TIMELINE_PICK])
 ui.figure_downloads(lambda: figures.timeline_figure(key, run, view=view),
                     f"timeline_{figures.file_stem(key)}", "double")
 binned = len(bars) and (bars["count"] > 1).any()

@@ -90,6 +90,28 @@ def vega_tables(at) -> list:
     return [t for chart in vega_data(at) for t in chart]
 
 
+def chart_layers(chart) -> list[dict]:
+    """The unit views of an Altair layer chart (nested layers flattened), each with its data
+    rows as ``rows`` (any number of rows: Altair's 5,000-row guard is off here)."""
+    import altair as alt
+
+    with alt.data_transformers.enable("default", max_rows=None):
+        spec = chart.to_dict()
+    data = spec.get("datasets", {})
+    out = []
+
+    def walk(node: dict) -> None:
+        if "layer" in node:
+            for child in node["layer"]:
+                walk(child)
+            return
+        ref = node.get("data", {})
+        out.append(dict(node, rows=data.get(ref.get("name"), ref.get("values", []))))
+
+    walk(spec)
+    return out
+
+
 def open_app(page: str | None = None, **params: str):
     """Run the dashboard with query ``params``, switch to ``page`` (a file of pages/ without
     ``.py``), and return the finished AppTest after checking it raised nothing."""

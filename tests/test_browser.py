@@ -35,7 +35,8 @@ def check(pg, name: str, *expected: str, tall: int = 2000) -> None:
 
 
 def click_point(pg, selector: str, index: int) -> None:
-    """Hover then click a Plotly point (bar or marker) the way a person does."""
+    """Hover then click a chart's mark (a Plotly bar or marker, a Vega-Lite symbol or cell)
+    the way a person does."""
     box = pg.locator(selector).nth(index).bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
     pg.mouse.move(x - 4, y)
@@ -58,7 +59,7 @@ def test_timeline_page_and_deep_link(server, page) -> None:
     link = url(base, "timeline", runs=CRAFTER, ep="ep_000005", step="40", range="0-200", color="outcome")
     page.goto(link)
     check(page, "timeline", "Timeline", "Frame strip", "Step (scrub the episode's frames)", tall=2600)
-    assert page.locator(".js-plotly-plot").count() >= 1
+    assert page.locator(".vega-embed").count() >= 1 and page.locator(".js-plotly-plot").count() == 0
     heading = page.get_by_role("heading", name="ep_000005").first.inner_text()
     assert "ep_000005" in heading
     assert query(page)["ep"] == "ep_000005" and query(page)["range"] == "0-200"
@@ -75,22 +76,35 @@ def test_clicking_a_bar_opens_its_episode(server, page) -> None:
     page.goto(url(base, "timeline", runs=CRAFTER))
     settle(page)
     assert "ep" not in query(page)
-    click_point(page, ".js-plotly-plot .barlayer .point path", 8)
+    rects = page.locator(".vega-embed .mark-rect path")
+    labels = [rects.nth(i).get_attribute("aria-label") or "" for i in range(rects.count())]
+    bars = [i for i, label in enumerate(labels) if "episode: ep_" in label]
+    widest = max(bars, key=lambda i: rects.nth(i).bounding_box()["width"])
+    want = labels[widest].split("episode: ")[1].split(" ")[0]
+    click_point(page, ".vega-embed .mark-rect path", widest)
     page.wait_for_function("() => location.search.includes('ep=ep_')", timeout=60_000)
     settle(page)
-    ep = query(page)["ep"]
-    check(page, "timeline_clicked", "Frame strip", ep)
+    assert query(page)["ep"] == want
+    check(page, "timeline_clicked", "Frame strip", want)
 
 
 def test_clicking_a_marker_picks_its_cell(server, page) -> None:
     base, _ = server
     page.goto(url(base, "grid", runs=CRAFTER))
     settle(page)
-    click_point(page, ".js-plotly-plot .scatterlayer .trace .points path", 3)
+    assert page.locator(".js-plotly-plot").count() == 0, "the map is Vega-Lite: this tab never loads Plotly"
+    click_point(page, ".vega-embed .mark-symbol path", 3)
     page.wait_for_function("() => location.search.includes('cell=')", timeout=60_000)
     settle(page)
     x, y = query(page)["cell"].split(",")
     check(page, "grid_clicked", f"({x}, {y}):", tall=1800)
+    cells = page.locator(".vega-embed .mark-rect path")
+    other = next(i for i in range(cells.count()) if f"; x: {x}; y: {y};" not in cells.nth(i).get_attribute("aria-label"))
+    click_point(page, ".vega-embed .mark-rect path", other)
+    page.wait_for_function(f"() => !location.search.includes('cell={x}%2C{y}')", timeout=60_000)
+    settle(page)
+    cx, cy = query(page)["cell"].split(",")
+    check(page, "grid_cell_clicked", f"({cx}, {cy}):", tall=1800)
 
 
 def test_frames_page_and_deep_link(server, page) -> None:
@@ -119,7 +133,7 @@ def test_grid_page_links_to_frames(server, page) -> None:
     base, root = server
     s = open_run(root / CRAFTER).steps().iloc[30]
     page.goto(url(base, "grid", runs=CRAFTER, cell=f"{int(s['x'])},{int(s['y'])}"))
-    check(page, "grid", "Spatial grid", "cell: walked", f"({int(s['x'])}, {int(s['y'])})", tall=1900)
+    check(page, "grid", "Spatial grid", "walked:", f"({int(s['x'])}, {int(s['y'])})", tall=1900)
     page.get_by_text("in Frames", exact=False).first.click()
     settle(page)
     page.wait_for_url("**/frames?**")
@@ -134,7 +148,7 @@ def test_sidebar_navigation_keeps_the_open_runs(server, page) -> None:
     page.locator('[data-testid="stSidebarNav"]').get_by_text("Spatial grid").click()
     settle(page)
     page.wait_for_url("**/grid**")
-    check(page, "grid_via_sidebar", "Spatial grid", "cell: walked", tall=1200)
+    check(page, "grid_via_sidebar", "Spatial grid", "walked:", tall=1200)
     assert query(page).get("runs") == NESTED
 
 
@@ -165,9 +179,12 @@ def test_provenance_click_picks_a_node(server, page) -> None:
     page.goto(url(base, "provenance", runs=SYNTHETIC))
     settle(page)
     assert "node" not in query(page)
-    click_point(page, ".js-plotly-plot .scatterlayer .trace .points path", 5)
+    nodes = page.locator(".vega-embed .mark-symbol path")
+    label = nodes.nth(5).get_attribute("aria-label")
+    click_point(page, ".vega-embed .mark-symbol path", 5)
     page.wait_for_function("() => location.search.includes('node=')", timeout=60_000)
     node = query(page)["node"]
+    assert f"id: {node};" in label
     check(page, "provenance_clicked", "Provenance", "in Timeline", tall=2400)
     other = page.context.browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
     other.goto(page.url)

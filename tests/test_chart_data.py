@@ -1,4 +1,4 @@
-"""Screen and print draw one prepared view: the Plotly chart of a page and the Altair figure it
+"""Screen and print draw one prepared view: the chart of a page and the Altair figure it
 exports hold the same data, and that data matches the run's raw files read here with json."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, open_app, use_root, vega_data
+from conftest import REPO, chart_layers, open_app, use_root, vega_data
 from dashboard import charts, figures, vega_charts
 from loaders import chart_data
 from loaders.run import open_run
@@ -31,17 +31,6 @@ def _raw_cells(run_dir: Path, lo: int, hi: int, kinds: set[str] | None) -> set[t
             if (x, y) not in latest or (row["step"], i) >= latest[(x, y)][:2]:
                 latest[(x, y)] = (row["step"], i, row["kind"])
     return {(x, y, k) for (x, y), (_, _, k) in latest.items()}
-
-
-def _plotly_cells(fig) -> set[tuple[int, int, str]]:
-    out = set()
-    for t in fig.data:
-        if t.type == "heatmap":
-            for r, row in enumerate(t.z):
-                for c, v in enumerate(row):
-                    if v is not None and not math.isnan(v):
-                        out.add((int(t.x0 + c * t.dx), int(t.y0 + r * t.dy), t.name))
-    return out
 
 
 def _altair_values(spec: dict) -> list[list[dict]]:
@@ -73,18 +62,48 @@ def test_grid_screen_and_print_show_the_raw_cells(lo, hi, kinds) -> None:
     first, last = view.lo, view.hi
     raw = _raw_cells(run_dir, first, last, set(kinds) if kinds else None)
     assert raw, "the sample run must have cells in this range"
-    assert _plotly_cells(charts.grid_figure(view)) == raw
-    spec = figures.grid_figure(run_dir.name, run, view=view).chart.to_dict()
-    printed = {(int(v["x"]), int(v["y"]), v["kind"]) for data in _altair_values(spec) for v in data if "kind" in v}
-    assert printed == raw
     ends = {(r["x"], r["y"]) for r in _lines(run_dir / "index.jsonl")
             if r.get("x") is not None and r["last_step"] >= first and r["first_step"] <= last}
-    dots = {(v["x"], v["y"]) for data in _altair_values(spec) for v in data if v.get("mark") == "episode end position"}
-    assert dots == ends
+    screen = vega_charts.grid_map(view).to_dict()
+    printed = figures.grid_figure(run_dir.name, run, view=view).chart.to_dict()
+    for spec in (screen, printed):
+        values = [v for data in _altair_values(spec) for v in data]
+        assert {(int(v["x"]), int(v["y"]), v["kind"]) for v in values if "kind" in v} == raw
+        assert {(v["x"], v["y"]) for v in values if v.get("mark") == "episode end position"} == ends
 
 
 def _methods(run_dirs: list[Path]) -> set[str]:
     return {json.loads((d / "run.json").read_text())["method"] for d in run_dirs}
+
+
+@pytest.mark.parametrize("lo,hi", [(None, None), (40, 300)])
+def test_timeline_screen_and_print_show_the_raw_episodes(lo, hi) -> None:
+    """The Timeline's bars are index.jsonl's episodes of the range (one per episode, in its
+    life's lane, from its first step), its milestone marks milestones.jsonl's, and the
+    selected episode is outlined and shaded where the index puts it."""
+    run_dir = DIAMOND[0]
+    run = open_run(run_dir)
+    view = chart_data.timeline(run, lo, hi)
+    rows = [r for r in _lines(run_dir / "index.jsonl") if r["last_step"] >= view.lo and r["first_step"] <= view.hi]
+    pick = rows[len(rows) // 2]
+    chart = vega_charts.timeline_chart(view, pick["id"], pick["first_step"] + 1,
+                                       (pick["first_step"], pick["last_step"], pick["life"]))
+    layers = chart_layers(chart)
+    bars = next(la["rows"] for la in layers if "fill" in la["encoding"])
+    assert {(b["episode"], b["life"], b["start"]) for b in bars} == {(r["id"], r["life"], r["first_step"]) for r in rows}
+    printed = figures.timeline_figure(run_dir.name, run, view=view).chart.to_dict()
+    assert {v["episode"] for data in _altair_values(printed) for v in data} == {r["id"] for r in rows}
+    marks = next(la["rows"] for la in layers if la["rows"] and "lane" in la["rows"][0])
+    milestones = [m for m in _lines(run_dir / "milestones.jsonl") if view.lo <= m["step"] <= view.hi]
+    assert milestones, "the sample run must have milestones in this range"
+    assert sorted((m["step"], m["lane"]) for m in marks if m["name"] == "milestone") == \
+        sorted((m["step"], m["life"] + vega_charts.MARK_OFFSETS["milestone"]) for m in milestones)
+    outline = [la["rows"] for la in layers if la["mark"].get("filled") is False]
+    assert [(b["episode"], b["start"]) for b in outline[0]] == [(pick["id"], pick["first_step"])]
+    shade = next(la["rows"][0] for la in layers if la["mark"].get("opacity") == 0.10)
+    assert (shade["start"], shade["end"]) == (pick["first_step"], max(pick["last_step"], pick["first_step"] + 0.5))
+    rule = next(la["rows"] for la in layers if la["mark"]["type"] == "rule" and "step" in la["rows"][0])
+    assert rule == [{"step": pick["first_step"] + 1}]
 
 
 @pytest.mark.parametrize("which", ["progress", "steps_per_turn"])

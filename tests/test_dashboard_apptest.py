@@ -92,7 +92,7 @@ def test_timeline_page(root: Path) -> None:
     at = app("timeline", runs=CRAFTER, ep="ep_000004", step="30")
     assert at.title[0].value == "Timeline"
     assert any(s.value.startswith("ep_000004") for s in at.subheader)
-    assert len(at.get("plotly_chart")) == 1
+    assert len(at.get("vega_lite_chart")) == 1 and not at.get("plotly_chart")
     assert len(at.json) == 3
     scrub = json.loads(at.get("bidi_component")[0].proto.json)
     assert scrub["step"] == 30 and scrub["captions"][30 - scrub["first"]][0] == "Step 30"
@@ -164,7 +164,9 @@ def test_grid_page(root: Path) -> None:
     cell = f"{int(s['x'])},{int(s['y'])}"
     at = app("grid", runs=CRAFTER, cell=cell)
     assert at.title[0].value == "Spatial grid"
-    assert len(at.get("plotly_chart")) == 1
+    assert len(at.get("vega_lite_chart")) == 1 and not at.get("plotly_chart")
+    picked = [t for t in vega_tables(at) if "mark" in t and (t["mark"] == "selected cell").any()]
+    assert [(int(r.x), int(r.y)) for r in picked[0].itertuples()] == [(int(s["x"]), int(s["y"]))]
     assert f"({cell.replace(',', ', ')})" in texts(at)
     assert at.number_input(key="w_gx").value == int(s["x"])
     links = at.get("page_link")

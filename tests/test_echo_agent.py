@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, open_app, use_root, vega_data
+from conftest import REPO, chart_layers, open_app, use_root, vega_data
 from mfm.cli import main
 from mfm.echo import AXES, CSDLibrary, HashingVectorizer, induce
 from mfm.echo.agent import ATTEMPTS_FILE, VOCABULARY, Learner, run_learner
@@ -287,7 +287,7 @@ def test_echo_loader_reads_a_damaged_library(learned: Path, tmp_path: Path):
 def test_analogy_graph_of_an_induced_task(learned: Path, tmp_path: Path):
     import shutil
 
-    from dashboard import charts
+    from dashboard import vega_charts
     from loaders import echo
 
     run = tmp_path / "ical"
@@ -312,9 +312,11 @@ def test_analogy_graph_of_an_induced_task(learned: Path, tmp_path: Path):
     assert list(stone["role"])[0] == "representative" and list(stone["source"])[0] == "make_wood_pickaxe"
     assert len(stone) == 2 and list(stone["source"])[1] == "collect_stone" and "attr" in list(stone["axes"])[1]
     assert set(edges["status"]) == {"candidate"}
-    fig = charts.analogy_figure(echo.analogy_layout(csds, edges), edges)
-    names = {t for tr in fig.data if tr.mode == "markers+text" for t in tr.text}
+    graph = chart_layers(vega_charts.analogy_graph(echo.analogy_layout(csds, edges), edges))
+    names = {r["task"] for la in graph if la["mark"]["type"] == "text" for r in la["rows"] if "task" in r}
     assert {"make_wood_pickaxe", "make_stone_pickaxe"} <= names
+    drawn = {(r["axes"], r["role"]) for la in graph if la["mark"]["type"] == "rule" for r in la["rows"]}
+    assert drawn == set(zip(edges["axes"], edges["role"]))
 
 
 def test_echo_page_on_the_shipped_learner_samples(monkeypatch: pytest.MonkeyPatch):
@@ -327,9 +329,8 @@ def test_echo_page_on_the_shipped_learner_samples(monkeypatch: pytest.MonkeyPatc
     use_root(monkeypatch, REPO / "sample_runs")
     ical = next(n for n in names if "/ical_" in n)
     at = open_app("echo", runs=",".join(names), run=ical)
-    graphs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    curves = vega_data(at)
-    assert len(graphs) == len(curves) == 1, "the unlock curves and the analogy graph"
-    graph = graphs[0]
-    assert {"ical", "passive"} <= {m for t in curves[0] if "mean" in t.columns for m in t["method"]}
-    assert any("place_stone" in (t.get("text") or []) for t in graph["data"]), "an induced task in the graph"
+    charts = vega_data(at)
+    assert len(charts) == 2 and not at.get("plotly_chart"), "the unlock curves and the analogy graph"
+    curves, graph = charts
+    assert {"ical", "passive"} <= {m for t in curves if "mean" in t.columns for m in t["method"]}
+    assert any("place_stone" in set(t["task"]) for t in graph if "task" in t.columns), "an induced task in the graph"

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import write_run
+from conftest import chart_layers, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, damage, make_root
-from dashboard import charts, theme
+from dashboard import charts, theme, vega_charts
 from dashboard.core import (FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_range, resolve_run_key,
                             runs_root)
 from loaders import chart_data, run_pages
@@ -183,8 +183,10 @@ def test_a_36000_step_run_stays_under_50k_points() -> None:
     paths = run_pages.trajectories(steps)
     assert (bars["count"] > 1).any() and bars["count"].sum() == n_eps
     assert marks.groupby("kind")["count"].sum()["memory_write"] == n_eps
-    fig = charts.timeline_figure(chart_data.TimelineView(bars, marks, vit, 0, n_steps, "action_kind"))
-    points = sum(len(t.x) if t.x is not None else 0 for t in fig.data)
+    layers = chart_layers(vega_charts.timeline_chart(chart_data.TimelineView(bars, marks, vit, 0, n_steps,
+                                                                            "action_kind")))
+    folded = [[t["fold"] for t in la.get("transform", []) if "fold" in t] for la in layers]
+    points = sum(len(la["rows"]) * (len(f[0]) if f else 1) for la, f in zip(layers, folded))
     assert points <= run_pages.MAX_POINTS, points
     assert len(paths) <= 20_000 + 4
     assert paths.groupby("life")["step"].max().tolist() == steps.groupby("life")["step"].max().tolist()
@@ -211,20 +213,27 @@ def test_grid_views(root: Path) -> None:
     assert visits["runs"].max() >= 1
 
 
-def test_grid_figure_has_legend_and_downwards_y(root: Path) -> None:
+def test_grid_map_has_legends_equal_axes_and_downwards_y(root: Path) -> None:
     run = open_run(root / CRAFTER)
-    fig = charts.grid_figure(chart_data.grid(run), (32, 32))
-    names = {t.name for t in fig.data}
-    assert "cell: walked" in names and "life 0 path" in names
-    lo, hi = fig.layout.yaxis.range
-    assert lo > hi, "y must grow downwards as in the game"
-    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
-
-
-def _scale_color(scale: tuple, lo: float, hi: float, v: float) -> str:
-    """The colour a stepped Plotly colour scale gives value ``v`` (cmin ``lo``, cmax ``hi``)."""
-    t = (v - lo) / (hi - lo)
-    return next(c for (a, c), (b, _) in zip(scale[::2], scale[1::2]) if a <= t <= b)
+    view = chart_data.grid(run)
+    chart = vega_charts.grid_map(view, (32, 32))
+    spec, layers = chart.to_dict(), chart_layers(chart)
+    cells = next(la for la in layers if la["mark"]["type"] == "rect")
+    fill = cells["encoding"]["fill"]
+    assert fill["legend"] is not None and "walked" in fill["scale"]["domain"]
+    assert fill["scale"]["range"][fill["scale"]["domain"].index("walked")] == theme.cell_kind_color("walked")
+    assert {(r["x"], r["y"]) for r in cells["rows"]} == set(zip(view.cells["x"], view.cells["y"]))
+    points = [la for la in layers if la["mark"]["type"] == "point"]
+    shapes = points[0]["encoding"]["shape"]["scale"]["domain"]
+    assert {"episode end position", "selected cell"} <= set(shapes)
+    assert points[-1]["rows"] == [{"x": 32, "y": 32, "mark": "selected cell"}]
+    y = next(la for la in layers if la["mark"]["type"] == "line")["encoding"]["y"]
+    assert y["scale"]["reverse"] is True, "y must grow downwards as in the game"
+    assert y["title"] and cells["encoding"]["x"]["title"]
+    x0, y0, x1, y1 = view.extent
+    assert spec["width"] / (x1 - x0 + 1) == pytest.approx(spec["height"] / (y1 - y0 + 1), rel=0.02)
+    names = {p["name"] for p in spec["params"]}
+    assert set(vega_charts.grid_picks(view)) <= names
 
 
 def test_grid_episode_positions_one_marker_per_cell() -> None:
@@ -246,20 +255,20 @@ def test_grid_episode_positions_one_marker_per_cell() -> None:
            for p in view.positions.itertuples()}
     assert got == want
     assert view.positions["id"].iloc[-1] == rows[-1]["id"]
-    trace = next(t for t in charts.grid_figure(view).data if t.name.startswith("episode end positions"))
-    assert f"{len(rows)} in {len(want)} cells" in trace.name
-    m = trace.marker
-    shown = {(x, y): (cd, _scale_color(m.colorscale, m.cmin, m.cmax, c))
-             for cd, x, y, c in zip(trace.customdata, trace.x, trace.y, m.color)}
+    layer = next(la for la in chart_layers(vega_charts.grid_map(view))
+                 if la["mark"]["type"] == "point" and la["rows"] and "what" in la["rows"][0])
+    scale = layer["encoding"]["color"]["scale"]
+    colour = dict(zip(scale["domain"], scale["range"]))
+    shown = {(r["x"], r["y"]): r for r in layer["rows"] if r["mark"] == "episode end position"}
     assert shown.keys() == want.keys()
     for cell, w in want.items():
-        (ended, latest, _), colour = shown[cell]
-        assert colour == theme.life_color(w["life"])
+        r = shown[cell]
+        assert colour[r["life"]] == theme.life_color(w["life"])
         if w["count"] == 1:
-            assert (ended, latest) == (f"1 episode ended here, life {w['life']}", w["id"])
+            assert r["what"] == f"1 episode ended here, life {w['life']}" and r["detail"].startswith(w["id"] + ": ")
         else:
-            assert (ended, latest) == (f"{w['count']} episodes ended here, lives {w['first_life']}–{w['life']}",
-                                       f"latest {w['id']}")
+            assert r["what"] == f"{w['count']} episodes ended here, lives {w['first_life']}–{w['life']}"
+            assert r["detail"].startswith(f"latest {w['id']}: ")
 
 
 def test_grid_one_episode_per_cell_is_not_merged() -> None:
@@ -273,8 +282,9 @@ def test_grid_one_episode_per_cell_is_not_merged() -> None:
     life = next(lf for lf, cells in sorted(by_life.items()) if len(set(cells)) == len(cells) > 1)
     view = chart_data.grid(open_run(path), life=life)
     assert view.merged == 0 and sorted(zip(view.positions["x"], view.positions["y"])) == sorted(by_life[life])
-    trace = next(t for t in charts.grid_figure(view).data if t.name.startswith("episode end positions"))
-    assert trace.name == "episode end positions (click to pick)"
+    rows = [r for la in chart_layers(vega_charts.grid_map(view)) for r in la["rows"]
+            if r.get("mark") == "episode end position"]
+    assert len(rows) == len(by_life[life]) and all(r["what"] == f"1 episode ended here, life {life}" for r in rows)
 
 
 def test_episode_detail_and_frames(root: Path) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import manifest, open_app, use_root
+from conftest import manifest, open_app, use_root, vega_tables
 from dashboard import figures
 from loaders import analysis_pages as ap
 from loaders import provenance as pv
@@ -259,7 +259,10 @@ def app(**params: str) -> AppTest:
 def test_provenance_page_pick_and_deep_link(built) -> None:
     _, (a, b, c) = built
     at = app(runs="mem_s0", run="mem_s0")
-    assert at.get("plotly_chart") and any("13 node(s)" in cap.value for cap in at.caption)
+    assert at.get("vega_lite_chart") and not at.get("plotly_chart")
+    assert any("13 node(s)" in cap.value for cap in at.caption)
+    nodes = next(t for t in vega_tables(at) if "id" in t.columns)
+    assert len(nodes) == 13 and nodes["id"].is_unique
     assert at.selectbox(key="w_prov_node").value is None
     at.selectbox(key="w_prov_node").set_value(f"fact:{IRON}#2").run()
     assert not at.exception and at.query_params["node"] == f"fact:{IRON}#2"
@@ -297,8 +300,7 @@ def test_provenance_page_aggregates_a_big_history(built) -> None:
     at = app(runs="big_s0", run="big_s0")
     notes = [i.value for i in at.info if "Aggregated" in i.value]
     assert any("800 episodes merged into" in n for n in notes)
-    drawn = at.get("plotly_chart")[0].proto.spec
-    markers = sum(len(t.get("customdata") or []) for t in json.loads(drawn)["data"])
+    markers = sum(len(t) for t in vega_tables(at) if "id" in t.columns)
     assert 0 < markers <= pv.NODE_BUDGET
     agg = next(n for n in pv.view(big).nodes if n.id.startswith("bin:episode"))
     at.selectbox(key="w_prov_node").set_value(agg.id).run()

@@ -4,14 +4,12 @@ episode details. The runs are real: the real game driven through the scripted
 chat-completions server of ``scripted_llm``."""
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from conftest import open_app as app, texts, use_root
+from conftest import open_app as app, texts, use_root, vega_tables
 from loaders import open_run
 from loaders.run_pages import MAX_POINTS, model_calls, model_turns, timeline_marks
 from mfm.agent import RunConfig, Runner
@@ -98,8 +96,10 @@ def test_model_marks_are_binned_in_long_runs(root: Path) -> None:
     assert len(timeline_marks(run)) < MAX_POINTS
 
 
-def _figure(at) -> dict:
-    return json.loads(at.get("plotly_chart")[0].proto.spec)
+def _marks(at) -> dict[str, list[str]]:
+    """The Timeline chart's marks as Streamlit sent them: each kind's hover labels."""
+    table = next(t for t in vega_tables(at) if "lane" in t)
+    return {name: list(g["label"]) for name, g in table.groupby("name")}
 
 
 def _table(at, column: str):
@@ -107,24 +107,16 @@ def _table(at, column: str):
     return next(d.value for d in at.dataframe if column in d.value.columns)
 
 
-def _count(values: list | dict) -> int:
-    """Points of a Plotly array (a list, or typed-array JSON ``{"bdata", "dtype"}``)."""
-    if isinstance(values, dict):
-        return len(np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]))
-    return len(values)
-
-
 def test_timeline_shows_model_marks_and_request_details(root: Path) -> None:
     run = open_run(root / "llm")
     ep = run.episodes()
     first_turn = ep[ep["turn"] == 0]["id"].iloc[0]
     at = app("timeline", runs="llm", ep=first_turn)
-    traces = {t.get("name"): t for t in _figure(at)["data"]}
-    assert {"model requests ok", "model requests retried"} <= set(traces)
-    assert _count(traces["model requests ok"]["x"]) + _count(traces["model requests retried"]["x"]) == len(
-        recorded(root / "llm"))
+    marks = _marks(at)
+    assert {"model requests ok", "model requests retried"} <= set(marks)
+    assert len(marks["model requests ok"]) + len(marks["model requests retried"]) == len(recorded(root / "llm"))
     usage = recorded(root / "llm")[0]["usage"]
-    hover = traces["model requests retried"]["customdata"][0][0]
+    hover = marks["model requests retried"][0]
     assert "turn 0 · 3 requests to scripted" in hover
     assert f"tokens in {usage['prompt_tokens']} / out {usage['completion_tokens']}" in hover
     assert f"${usage['cost_usd']:.4f}" in hover and "429" in hover
@@ -142,7 +134,7 @@ def test_timeline_shows_model_marks_and_request_details(root: Path) -> None:
 
 def test_timeline_marks_a_turn_whose_requests_all_failed(root: Path) -> None:
     at = app("timeline", runs="gave_up")
-    traces = {t.get("name"): t for t in _figure(at)["data"]}
-    failed = traces["model requests failed"]
-    assert _count(failed["x"]) == 1 and _count(traces["model requests ok"]["x"]) == 6
-    assert "server error 503" in failed["customdata"][0][0]
+    marks = _marks(at)
+    failed = marks["model requests failed"]
+    assert len(failed) == 1 and len(marks["model requests ok"]) == 6
+    assert "server error 503" in failed[0]
