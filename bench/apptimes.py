@@ -5,13 +5,12 @@
 Prints one JSON object: the page's first script run (``cold``: nothing cached, the run
 opened by the page itself; the libraries the pages use are imported beforehand, as a
 running dashboard has them), a rerun (``warm``: Streamlit caches and the opened run kept),
-the data points its charts send the browser (all Plotly charts of the page together) and
+the data rows its charts send the browser (every Vega-Lite dataset of the page) and
 the process's peak resident memory. ``RUN`` keys (paths under ROOT) are put in the
 URL as the open runs, the first one focused, as a user would arrive from a link.
 """
 from __future__ import annotations
 
-import base64
 import importlib
 import json
 import os
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-PRELOAD = ("altair", "plotly.express", "plotly.graph_objects", "dashboard.charts", "loaders.run_pages")
+PRELOAD = ("altair", "dashboard.vega_charts", "loaders.run_pages")
 """Imported before timing: a running dashboard has them loaded already."""
 
 
@@ -50,7 +49,7 @@ def page_times(root: Path, page: str, runs: list[str]) -> dict:
     warm = time.perf_counter() - t
     errors += [str(e.value) for e in at.exception]
     return {"page": page, "cold_s": cold, "warm_s": warm, "errors": errors,
-            "chart_points": sum(figure_points(json.loads(c.proto.spec)) for c in at.get("plotly_chart")),
+            "chart_points": sum(chart_rows(c.proto) for c in at.get("vega_lite_chart")),
             "peak_rss_mb": peak_rss_mb()}
 
 
@@ -68,21 +67,12 @@ def _register_components(at: object) -> None:
     at._bidi_component_manager = manager
 
 
-def _length(values: object) -> int:
-    """How many values a Plotly data array holds: a list (nested lists: every leaf), or a
-    typed array (``{"dtype", "bdata"[, "shape"]}``, base64 of the raw values)."""
-    if isinstance(values, dict) and "bdata" in values:
-        size = {"f8": 8, "f4": 4, "i4": 4, "u4": 4, "i2": 2, "u2": 2, "i1": 1, "u1": 1}.get(values.get("dtype"), 8)
-        return len(base64.b64decode(values["bdata"])) // size
-    if isinstance(values, (list, tuple)):
-        return sum(_length(v) if isinstance(v, (list, tuple)) else 1 for v in values)
-    return 0
+def chart_rows(chart: object) -> int:
+    """Data rows a Vega-Lite chart element (``st.altair_chart``'s proto, as AppTest holds it)
+    sends the browser: the rows of every dataset, each an Arrow stream."""
+    import pyarrow as pa
 
-
-def figure_points(spec: dict) -> int:
-    """Data points of a Plotly figure's JSON: per trace, the longest of its ``x``, ``y``,
-    ``z`` (every cell of a heatmap) and ``values`` arrays."""
-    return sum(max((_length(t.get(k)) for k in ("x", "y", "z", "values")), default=0) for t in spec.get("data", []))
+    return sum(pa.ipc.open_stream(d.data.data).read_all().num_rows for d in chart.datasets)
 
 
 def peak_rss_mb() -> float:

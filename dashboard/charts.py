@@ -1,23 +1,15 @@
-"""Plotly figures: the frame panels of the Frames page (zoom and pan shared by every panel,
-pixels drawn as blocks, the colour of each pixel on hover) and the seed-band figure the
-notebooks show. The other pages draw Vega-Lite (``dashboard.vega_charts``). No Streamlit.
+"""Plotly figures for notebooks: the seed-band figure (Jupyter loads Plotly once per
+notebook). The dashboard's pages draw Vega-Lite (``dashboard.vega_charts``). No Streamlit.
 
-Each figure has axis titles with units and a legend, and uses the palette of
+The figure has axis titles with units and a legend, and uses the palette of
 ``dashboard.theme`` so colours mean the same everywhere.
 """
 from __future__ import annotations
 
-import base64
-import io
-
-import numpy as np
 import plotly.graph_objects as go
-from PIL import Image
-from plotly.subplots import make_subplots
 
 from dashboard import theme
 from loaders.chart_data import SeedBands
-from loaders.run_pages import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 
 FONT = dict(size=13)
 
@@ -26,71 +18,6 @@ def _layout(fig: go.Figure, height: int) -> go.Figure:
     fig.update_layout(height=height, margin=dict(l=70, r=20, t=60, b=55), font=FONT, template="plotly_white",
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
                       hoverlabel=dict(font_size=12), modebar=dict(orientation="v"))
-    return fig
-
-
-def png_data_uri(frame: np.ndarray) -> str:
-    """A lossless PNG data URI of an HxWx3 frame (for Plotly image traces)."""
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8)).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _tile_shapes(fig: go.Figure, frame: np.ndarray, row: int, col: int) -> None:
-    t = tile_size(frame)
-    h, w = frame.shape[:2]
-    for i in range(TILES_X + 1):
-        fig.add_shape(type="line", x0=i * t - 0.5, x1=i * t - 0.5, y0=-0.5, y1=min(h, TILES_Y * t) - 0.5,
-                      line=dict(color="rgba(255,255,255,0.55)", width=1), row=row, col=col)
-    for j in range(TILES_Y + 1):
-        strong = j == MAP_TILES_Y
-        fig.add_shape(type="line", x0=-0.5, x1=min(w, TILES_X * t) - 0.5, y0=j * t - 0.5, y1=j * t - 0.5,
-                      line=dict(color="rgba(255,230,0,0.95)" if strong else "rgba(255,255,255,0.55)",
-                                width=2 if strong else 1), row=row, col=col)
-
-
-def frames_figure(frames: list[np.ndarray], titles: list[str], tiles: bool = False,
-                  diffs: list[tuple[np.ndarray, str]] | None = None,
-                  region: tuple[int, int, int, int] | None = None) -> go.Figure:
-    """2–4 frames side by side with synchronised zoom and pan (matched axes), drawn pixelated.
-
-    ``diffs`` adds a second row (difference masks); ``region`` = (x0, y0, x1, y1) in pixels
-    sets the initial zoom of every panel; ``tiles`` draws the Crafter tile grid (the yellow
-    line closes the 9x7 map area).
-    """
-    n = len(frames)
-    rows = 2 if diffs else 1
-    sub = list(titles) + (["frame 1 is the reference"] + [d[1] for d in diffs] if diffs else [])
-    fig = make_subplots(rows=rows, cols=max(1, n), subplot_titles=sub, horizontal_spacing=0.03,
-                        vertical_spacing=0.08)
-    for i, f in enumerate(frames):
-        fig.add_trace(go.Image(source=png_data_uri(f), zsmooth=False, name=titles[i],
-                               hovertemplate="pixel (%{x}, %{y})<br>rgb %{color}<extra>" + titles[i] + "</extra>"),
-                      row=1, col=i + 1)
-        if tiles:
-            _tile_shapes(fig, f, 1, i + 1)
-    if diffs:
-        for i, (d, label) in enumerate(diffs):
-            fig.add_trace(go.Image(source=png_data_uri(d), zsmooth=False, name=label,
-                                   hovertemplate="pixel (%{x}, %{y})<extra>" + label + "</extra>"),
-                          row=2, col=i + 2)
-            if tiles:
-                _tile_shapes(fig, d, 2, i + 2)
-    fig.update_xaxes(matches="x", title_text="x (px)", showgrid=False, zeroline=False)
-    fig.update_yaxes(matches="y", showgrid=False, zeroline=False)
-    fig.update_yaxes(title_text="y (px)", col=1)
-    if diffs:
-        fig.update_yaxes(title_text="y (px)", row=2, col=2)
-    fig.update_annotations(font_size=13 if n <= 2 else 12)
-    if region is not None:
-        x0, y0, x1, y1 = region
-        fig.update_xaxes(range=[x0 - 0.5, x1 - 0.5], autorange=False)
-        fig.update_yaxes(range=[y1 - 0.5, y0 - 0.5], autorange=False)
-    fig.update_layout(dragmode="zoom", showlegend=False)
-    h = 440 if n <= 2 else 360 if n == 3 else 300
-    fig = _layout(fig, (h + 40) * rows + 40)
-    if any("<br>" in t for t in titles):
-        fig.update_layout(margin=dict(t=85))
     return fig
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-PRELOAD = ("pandas", "pyarrow", "duckdb", "numpy", "PIL.Image", "plotly.graph_objects", "altair",
+PRELOAD = ("pandas", "pyarrow", "duckdb", "numpy", "PIL.Image", "altair",
            "loaders.run", "loaders.run_pages", "loaders.chart_data", "loaders.turns", "loaders.failures",
            "loaders.provenance", "loaders.analysis_pages", "loaders.frame_compare", "loaders.scrubber",
            "loaders.usersql", "loaders.echo")

@@ -36,6 +36,8 @@ Runs = Run | Sequence[tuple[str, Run]]
 """What :func:`cached` keys on: one run, or ``(key, run)`` pairs."""
 
 STICKY = "_mfm_sticky"
+LISTED = 3000
+"""The most options a picker lists (each is sent to the browser on every run of the page)."""
 GLOBAL_KEYS = ("runs", "run")
 
 PAGE_SPECS = {
@@ -320,7 +322,7 @@ def cached(fn: Callable[..., T], max_entries: int = 64, shared: bool = False) ->
 
     ``shared``: keep the value itself (``st.cache_resource``, cleared by
     ``st.cache_resource.clear()``) instead of a copy per call, for values that are only read
-    and costly to copy, such as a built Plotly figure (unpickling one validates it again).
+    and costly to copy, such as a built chart (unpickling one validates it again).
 
     Streamlit names a cache by its function's qualified name and source, so the inner function
     is renamed after ``fn`` (and where it is defined) to give every wrapped function its own."""

@@ -1,12 +1,12 @@
-"""Vega-Lite (Altair) charts of the pages: the Runs page, where a dashboard session starts,
+"""Vega-Lite (Altair) charts of every page: the Runs page, where a dashboard session starts,
 the seed-band curves (Progress, Steps per turn, Echo), Retargeting (the A.4 rates and the
-retarget mini-map), Echo's analogy graph, and the Timeline, the Spatial grid and the
-Provenance graph, whose clicks are Vega-Lite point selections that the page reads through
-``st.altair_chart(on_select=...)``. Only the frame panels of Frames stay Plotly
-(``dashboard.charts``). The exported figures of ``dashboard.figures`` draw the seed bands
-and the rates with the same functions. No Streamlit.
+retarget mini-map), Echo's analogy graph, the Frames panels, and the Timeline, the Spatial
+grid and the Provenance graph, whose clicks are Vega-Lite point selections that the page
+reads through ``st.altair_chart(on_select=...)``. The exported figures of
+``dashboard.figures`` draw the seed bands and the rates with the same functions. No
+Streamlit.
 
-Why not Plotly there: every new tab that shows a Plotly chart loads Streamlit's Plotly
+Why not Plotly: every new tab that shows a Plotly chart loads Streamlit's Plotly
 element, a 4.7 MB script, and evaluating it keeps the main thread busy for ~0.8 s on our
 2-core benchmark machine before anything is drawn; a tab costs ~0.95 s more with a Plotly
 chart than without, ~0.2 s more with a Vega-Lite chart (docs/benchmarks.md, "A light first
@@ -15,16 +15,21 @@ units, a legend, hover text, and the colours and markers of ``dashboard.theme``.
 """
 from __future__ import annotations
 
+import base64
+import io
 import math
+import warnings
 import zlib
 from typing import Any, Callable
 
 import altair as alt
 import numpy as np
 import pandas as pd
+from PIL import Image
 
 from dashboard import theme
 from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands, TimelineView
+from loaders.run_pages import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 
 UNKNOWN = "unknown"
 """The method shown for a run whose manifest names none."""
@@ -323,7 +328,8 @@ def _grid_points(view: GridView) -> pd.DataFrame:
     many = pos["count"] > 1
     lives = pos["life"].astype(str)
     ended = ("1 episode ended here, life " + lives).where(
-        ~many, pos["count"].astype(str) + " episodes ended here, lives " + pos["first_life"].astype(str) + "–" + lives)
+        ~many, pos["count"].astype(str) + " episodes ended here, lives " + pos["first_life"].astype(str) + "–"
+        + lives)
     latest = ("latest " + pos["id"]).where(many, pos["id"])
     ends = pd.DataFrame({"x": pos["x"], "y": pos["y"], "life": pos["life"], "mark": "episode end position",
                          "what": ended, "detail": latest + ": " + pos["summary"].str.slice(0, 80)})
@@ -647,3 +653,94 @@ def analogy_graph(nodes: pd.DataFrame, edges: pd.DataFrame) -> alt.LayerChart:
         alt.Chart(nodes).mark_text(dy=-16, fontSize=12).encode(x=x, y=y, text="task:N")]
     tallest = int(nodes["x"].value_counts().max()) if len(nodes) else 1
     return alt.layer(*layers).properties(height=max(320, 70 * tallest), autosize=FIT_WIDTH)
+
+
+FRAME_SIDE = {1: 440, 2: 440, 3: 290, 4: 220}
+"""The height (pixels) of each frame panel, by how many frames are compared."""
+FRAME_HOVER_PIXELS = 128 * 128
+"""Frames up to this many pixels get a hover target per pixel (its position and colour)."""
+
+
+def png_data_uri(frame: np.ndarray) -> str:
+    """A lossless PNG data URI of an HxWx3 frame (an image mark's ``url``)."""
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8)).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _tile_lines(frame: np.ndarray) -> pd.DataFrame:
+    """Crafter's tile grid over a frame: one row per line with its colour and width (``strong``:
+    the yellow line that closes the 9x7 map area)."""
+    t = tile_size(frame)
+    h, w = frame.shape[:2]
+    bottom, right = min(h, TILES_Y * t) - 0.5, min(w, TILES_X * t) - 0.5
+    rows = [{"x": i * t - 0.5, "x2": i * t - 0.5, "y": -0.5, "y2": bottom, "strong": False}
+            for i in range(TILES_X + 1)]
+    rows += [{"x": -0.5, "x2": right, "y": j * t - 0.5, "y2": j * t - 0.5, "strong": j == MAP_TILES_Y}
+             for j in range(TILES_Y + 1)]
+    lines = pd.DataFrame(rows)
+    return lines.assign(color=np.where(lines["strong"], "rgba(255,230,0,0.95)", "rgba(255,255,255,0.55)"),
+                        width=np.where(lines["strong"], 2, 1))
+
+
+def _pixels(frame: np.ndarray) -> pd.DataFrame:
+    """One row per pixel: position and colour, for the panel's hover."""
+    h, w = frame.shape[:2]
+    flat = np.ascontiguousarray(frame[:, :, :3], dtype=np.uint8).reshape(-1, 3)
+    xs, ys = np.arange(w, dtype=np.uint16), np.arange(h, dtype=np.uint16)
+    return pd.DataFrame({"x": np.tile(xs, h), "y": np.repeat(ys, w), "r": flat[:, 0], "g": flat[:, 1], "b": flat[:, 2]})
+
+
+def frames_panels(frames: list[np.ndarray], titles: list[str], tiles: bool = False,
+                  diffs: list[tuple[np.ndarray, str]] | None = None,
+                  region: tuple[int, int, int, int] | None = None) -> alt.ConcatChart:
+    """1–4 frames side by side, drawn as blocks (never smoothed), that zoom (wheel) and pan
+    (drag) together; double-click resets. ``diffs`` adds a row of difference masks under
+    frames 2… (one wrapped concat: a concat of rows would give the rows' views the same
+    names, and Vega-Lite then draws the second row's images in the first); ``region`` =
+    (x0, y0, x1, y1) in pixels is the initial view of every panel; ``tiles`` draws the
+    Crafter tile grid (the yellow line closes the 9x7 map area). Each pixel's position and
+    colour show on hover (frames up to :data:`FRAME_HOVER_PIXELS`)."""
+    h, w = frames[0].shape[:2]
+    x0, y0, x1, y1 = region if region is not None else (0, 0, w, h)
+    xs = alt.Scale(domain=[x0 - 0.5, x1 - 0.5], nice=False, zero=False)
+    ys = alt.Scale(domain=[y0 - 0.5, y1 - 0.5], nice=False, zero=False, reverse=True)
+    side = FRAME_SIDE.get(len(frames), min(FRAME_SIDE.values()))
+    width = round(side * (x1 - x0) / max(1, y1 - y0))
+    zoom = alt.selection_interval(name="frames_zoom", bind="scales")
+
+    def panel(frame: np.ndarray, title: str, first: bool, hover: bool) -> alt.LayerChart:
+        y_axis = alt.Axis(title="y (px)") if first else None
+        x = alt.X("x:Q", scale=xs, title="x (px)")
+        fh, fw = frame.shape[:2]
+        image = alt.Chart(pd.DataFrame([{"url": png_data_uri(frame), "x": -0.5, "x2": fw - 0.5, "y": -0.5,
+                                         "y2": fh - 0.5}])).mark_image(smooth=False, aspect=False).encode(
+            x=x, x2=alt.X2("x2"), y=alt.Y("y:Q", scale=ys, axis=y_axis), y2=alt.Y2("y2"), url=alt.Url("url:N")
+        ).add_params(zoom)
+        layers = [image]
+        if tiles:
+            layers.append(alt.Chart(_tile_lines(frame)).mark_rule().encode(
+                x=x, x2=alt.X2("x2"), y=alt.Y("y:Q", scale=ys, axis=y_axis), y2=alt.Y2("y2"),
+                color=alt.Color("color:N", scale=None), strokeWidth=alt.StrokeWidth("width:Q", scale=None)))
+        if hover and fh * fw <= FRAME_HOVER_PIXELS:
+            layers.append(alt.Chart(_pixels(frame)).transform_calculate(
+                left="datum.x - 0.5", right="datum.x + 0.5", top="datum.y - 0.5", bottom="datum.y + 0.5"
+            ).mark_rect(opacity=0.001).encode(
+                x=alt.X("left:Q", scale=xs, title="x (px)"), x2=alt.X2("right"),
+                y=alt.Y("top:Q", scale=ys, axis=y_axis), y2=alt.Y2("bottom"),
+                tooltip=[alt.Tooltip("x:Q", title="x (px)"), alt.Tooltip("y:Q", title="y (px)"), alt.Tooltip("r:Q"),
+                         alt.Tooltip("g:Q"), alt.Tooltip("b:Q")]))
+        return alt.layer(*layers).properties(width=width, height=side, title=alt.TitleParams(
+            title.split("<br>"), fontSize=13 if len(frames) <= 2 else 12, fontWeight="normal"))
+
+    panels = [panel(f, t, i == 0, True) for i, (f, t) in enumerate(zip(frames, titles))]
+    if diffs:
+        panels.append(alt.Chart(pd.DataFrame([{"x": (x0 + x1) / 2, "y": (y0 + y1) / 2,
+                                               "text": "frame 1 is the reference"}])).mark_text(
+            fontSize=12, color="#555555").encode(x=alt.X("x:Q", scale=xs, title="x (px)"),
+                                                 y=alt.Y("y:Q", scale=ys, title="y (px)"), text=alt.Text("text:N")
+                                                 ).properties(width=width, height=side))
+        panels += [panel(d, label, False, False) for d, label in diffs]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Automatically deduplicated selection parameter")  # wanted: one zoom
+        return alt.concat(*panels, columns=len(frames), spacing=12).resolve_scale(x="shared", y="shared")

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 from PIL import Image
 
-from dashboard import charts, ui
+from dashboard import ui, vega_charts
 from dashboard.core import MAX_FRAMES, FrameRef, copy_key, format_frame_refs, format_region, parse_cell, \
     parse_frame_refs, parse_region, resolve_run_key
 from loaders import frame_compare, run_pages
@@ -80,9 +80,16 @@ with tab_ep:
     eps = run.episodes()
     if len(eps):
         c1, c2, c3 = st.columns([4, 2, 2])
-        labels = dict(zip(eps["id"], eps["summary"].fillna("").str.slice(0, 80)))
-        ep = c1.selectbox("Episode of the focused run", list(labels), key="w_frames_ep",
-                          format_func=lambda e: f"{e} — {labels[e]}")
+        ids = eps["id"].tolist()
+        if len(ids) <= ui.LISTED:
+            labels = dict(zip(ids, eps["summary"].fillna("").str.slice(0, 80).tolist()))
+            ep = c1.selectbox("Episode of the focused run", ids, key="w_frames_ep",
+                              format_func=lambda e: f"{e} — {labels[e]}")
+        else:
+            k = c1.number_input(f"Episode of the focused run (number 0–{len(ids) - 1} of {len(ids):,}, in index "
+                                "order)", 0, len(ids) - 1, key="w_frames_ep_no")
+            ep = ids[int(k)]
+            c1.caption(ui.md(f"{ep} — {str(eps['summary'].fillna('').iloc[int(k)])[:80]}"))
         ref = run.episode(ep)
         choices = ["end observation"] + ([f"first step ({ref.first_step + 1})", f"last step ({ref.last_step})"]
                                          if ref and ref.frames else [])
@@ -95,8 +102,11 @@ with tab_insp:
     if not len(ins):
         st.info("This run has no frame inspections (turn calls with tool 'inspect').")
     else:
-        i = st.selectbox("Inspection event", range(len(ins)), format_func=lambda k: ins.iloc[k]["label"],
+        ins_labels = ins["label"].head(ui.LISTED).tolist()
+        i = st.selectbox("Inspection event", range(len(ins_labels)), format_func=lambda k: ins_labels[k],
                          key="w_insp")
+        if len(ins) > ui.LISTED:
+            st.caption(f"The first {ui.LISTED:,} of {len(ins):,} inspections are listed.")
         row = ins.iloc[i]
         if row["inherited"]:
             src, ep = copy_key(key), inherited_id(row["episode"])
@@ -220,13 +230,11 @@ if st.session_state["w_diff"] and len(frames) > 1:
         diffs.append((fd.image(), f"{fd.pixels} px > {thr} levels · {fd.map_tiles} + {fd.inventory_tiles} tiles"
                                   + (" · aligned" if fd.aligned else "")))
         diff_notes.append((f"{ref.label} vs frame 1: {note}", fd.image()))
-fig = charts.frames_figure(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
-                           region=None if full else region)
-st.plotly_chart(fig, width="stretch", key="frames_chart",
-                config={"scrollZoom": True, "displaylogo": False,
-                        "toImageButtonOptions": {"format": "png", "scale": 4}})
-st.caption("Zoom or pan any panel and the others follow; double-click to reset. Pixels are drawn as blocks "
-           "(nearest neighbour), never smoothed. Hover shows the pixel position and colour.")
+panels = vega_charts.frames_panels(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
+                                  region=None if full else region)
+st.altair_chart(panels, width="content", key="frames_chart")
+st.caption("Zoom (wheel) or pan (drag) any panel and the others follow; double-click to reset. Pixels are drawn "
+           "as blocks (nearest neighbour), never smoothed. Hover shows the pixel position and colour.")
 for note, img in diff_notes:
     st.markdown(f"**Difference** · {ui.md(note)}")
     big = enlarge(np.concatenate([frames[0], np.full((frames[0].shape[0], 2, 3), 255, np.uint8), img], axis=1), 4)

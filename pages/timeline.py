@@ -108,7 +108,7 @@ st.caption(f"Steps {lo}–{hi}: {int(bars['count'].sum()) if len(bars) else 0} e
 
 eps = run.episodes()
 in_range = eps[(eps["last_step"] >= lo) & (eps["first_step"] <= hi)]
-options = list(in_range["id"].head(3000))
+options = list(in_range["id"].head(ui.LISTED))
 if ep_id and ep_id not in options:
     options = [ep_id] + options
 summaries = dict(zip(eps["id"], eps["summary"]))
@@ -116,8 +116,8 @@ st.selectbox("Episode", options, placeholder="Pick an episode (or click a bar)",
              format_func=lambda e: f"{e} — {summaries.get(e, '')[:90]}",
              **ui.bound("w_ep", "ep", None, lambda v: v if v == ep_id and v in options else None, sync=True,
                         also=lambda e: {"step": _first_frame(e)}))
-if len(in_range) > 3000:
-    st.caption("Only the first 3,000 episodes of the range are listed; zoom in to reach the others.")
+if len(in_range) > ui.LISTED:
+    st.caption(f"Only the first {ui.LISTED:,} episodes of the range are listed; zoom in to reach the others.")
 
 if not ep_id:
     st.stop()

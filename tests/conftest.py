@@ -90,23 +90,28 @@ def vega_tables(at) -> list:
     return [t for chart in vega_data(at) for t in chart]
 
 
-def chart_layers(chart) -> list[dict]:
-    """The unit views of an Altair layer chart (nested layers flattened), each with its data
-    rows as ``rows`` (any number of rows: Altair's 5,000-row guard is off here)."""
+def chart_spec(chart) -> dict:
+    """An Altair chart's Vega-Lite spec, of any number of rows (Altair's 5,000-row guard off)."""
     import altair as alt
 
     with alt.data_transformers.enable("default", max_rows=None):
-        spec = chart.to_dict()
+        return chart.to_dict()
+
+
+def chart_layers(chart) -> list[dict]:
+    """The unit views of an Altair chart (layers and concatenations flattened), each with its
+    data rows as ``rows``."""
+    spec = chart_spec(chart)
     data = spec.get("datasets", {})
     out = []
 
     def walk(node: dict) -> None:
-        if "layer" in node:
-            for child in node["layer"]:
-                walk(child)
-            return
-        ref = node.get("data", {})
-        out.append(dict(node, rows=data.get(ref.get("name"), ref.get("values", []))))
+        children = [c for k in ("layer", "concat", "hconcat", "vconcat") for c in node.get(k, [])]
+        for child in children:
+            walk(child)
+        if not children:
+            ref = node.get("data", {})
+            out.append(dict(node, rows=data.get(ref.get("name"), ref.get("values", []))))
 
     walk(spec)
     return out

@@ -1,21 +1,25 @@
 """Helpers of the benchmark scripts that decide a reported figure."""
 from __future__ import annotations
 
-import json
-
-import numpy as np
-import plotly.graph_objects as go
-
-from bench.apptimes import figure_points
+from bench.apptimes import chart_rows
 
 
-def test_figure_points_counts_every_trace_as_the_browser_gets_it() -> None:
-    xs = np.arange(1234, dtype=float)
-    fig = go.Figure([go.Scatter(x=xs, y=xs * 2), go.Bar(x=["a", "b", "c"], y=[1, 2, 3]),
-                     go.Heatmap(z=np.ones((7, 11), dtype=np.int32))])
-    spec = json.loads(fig.to_json())
-    assert figure_points(spec) == 1234 + 3 + 7 * 11
-    assert figure_points({"data": []}) == 0
+def test_chart_rows_counts_every_dataset_a_chart_sends() -> None:
+    """A real Streamlit chart of two layers (1,234 and 3 rows): the rows the page sends."""
+    from streamlit.testing.v1 import AppTest
+
+    def page() -> None:
+        import altair as alt
+        import numpy as np
+        import pandas as pd
+        import streamlit as st
+
+        line = alt.Chart(pd.DataFrame({"x": np.arange(1234), "y": np.arange(1234) * 2})).mark_line()
+        bars = alt.Chart(pd.DataFrame({"x": [1, 2, 3], "y": [1, 2, 3]})).mark_bar()
+        st.altair_chart(alt.layer(line.encode(x="x:Q", y="y:Q"), bars.encode(x="x:Q", y="y:Q")))
+
+    at = AppTest.from_function(page).run()
+    assert [chart_rows(c.proto) for c in at.get("vega_lite_chart")] == [1234 + 3]
 
 
 def test_the_recording_baseline_plays_the_same_game_recording_nothing(tmp_path) -> None:

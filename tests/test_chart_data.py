@@ -90,7 +90,8 @@ def test_timeline_screen_and_print_show_the_raw_episodes(lo, hi) -> None:
                                        (pick["first_step"], pick["last_step"], pick["life"]))
     layers = chart_layers(chart)
     bars = next(la["rows"] for la in layers if "fill" in la["encoding"])
-    assert {(b["episode"], b["life"], b["start"]) for b in bars} == {(r["id"], r["life"], r["first_step"]) for r in rows}
+    want = {(r["id"], r["life"], r["first_step"]) for r in rows}
+    assert {(b["episode"], b["life"], b["start"]) for b in bars} == want
     printed = figures.timeline_figure(run_dir.name, run, view=view).chart.to_dict()
     assert {v["episode"] for data in _altair_values(printed) for v in data} == {r["id"] for r in rows}
     marks = next(la["rows"] for la in layers if la["rows"] and "lane" in la["rows"][0])

@@ -123,7 +123,9 @@ def test_timeline_on_a_damaged_run_shows_errors_not_exceptions(root: Path) -> No
 def test_frames_page(root: Path) -> None:
     at = app("frames", runs=CRAFTER, frames=f"{CRAFTER}:20,{CRAFTER}:21,{CRAFTER}:ep_000003", tiles="1", diff="1")
     assert at.title[0].value == "Frames"
-    assert len(at.get("plotly_chart")) == 1
+    assert len(at.get("vega_lite_chart")) == 1 and not at.get("plotly_chart")
+    images = [t["url"].iloc[0] for t in vega_tables(at) if "url" in t.columns]
+    assert len(images) == 3 + 2, "three frames, and two differences from the first"
     assert at.toggle(key="w_tiles").value and at.toggle(key="w_diff").value
     assert "A/B wipe" in texts(at)
     at.slider(key="w_cols").set_value((2, 5)).run()
@@ -151,11 +153,26 @@ def test_frames_by_place_across_runs(root: Path) -> None:
     assert len(at.query_params["frames"].split(",")) >= 2
 
 
+def test_frames_by_number_when_a_run_has_too_many_episodes_to_list(root: Path, monkeypatch) -> None:
+    """Past ``ui.LISTED`` episodes the page asks for the episode's number instead of sending
+    every episode as an option; the number picks the index's row of that position."""
+    from dashboard import ui
+
+    monkeypatch.setattr(ui, "LISTED", 5)
+    rows = [json.loads(line) for line in (root / CRAFTER / "index.jsonl").read_text().splitlines()]
+    at = app("frames", runs=CRAFTER)
+    assert not any(s.key == "w_frames_ep" for s in at.selectbox)
+    at.number_input(key="w_frames_ep_no").set_value(7).run()
+    assert any(c.value.startswith(rows[7]["id"]) for c in at.caption)
+    at.button(key="add_ep").click().run()
+    assert at.query_params["frames"] == f"{CRAFTER}:{rows[7]['id']}"
+
+
 def test_frames_refuse_escaping_paths(root: Path) -> None:
     at = app("frames", runs=CRAFTER, frames=f"../{root.name}/{CRAFTER}:3,/etc:1,{CRAFTER}:5")
     errors = [e.value for e in at.error]
     assert sum("Refused frame" in e for e in errors) == 2, errors
-    assert len(at.get("plotly_chart")) == 1
+    assert len(at.get("vega_lite_chart")) == 1
 
 
 def test_grid_page(root: Path) -> None:

@@ -1,6 +1,8 @@
 """Loaders and the dashboard's view functions, on written runs and damaged copies."""
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import shutil
@@ -9,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
-from conftest import chart_layers, write_run
+from conftest import chart_layers, chart_spec, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, damage, make_root
-from dashboard import charts, theme, vega_charts
+from dashboard import theme, vega_charts
 from dashboard.core import (FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_range, resolve_run_key,
                             runs_root)
 from loaders import chart_data, run_pages
@@ -301,9 +304,16 @@ def test_episode_detail_and_frames(root: Path) -> None:
     w = run_pages.wipe(a, b, 0.5)
     assert (w[:, :10] == a[:, :10]).all() and (w[:, 40:] == b[:, 40:]).all()
     assert run_pages.difference_count(a, a) == 0
-    fig = charts.frames_figure([a, b], ["a", "b"], tiles=True, diffs=[(a, "d")], region=(0, 0, 21, 21))
-    assert fig.layout.xaxis2.matches == "x" and fig.layout.yaxis2.matches == "y"
-    assert all(t.zsmooth is False for t in fig.data)
+    panels = vega_charts.frames_panels([a, b], ["a", "b"], tiles=True, diffs=[(a, "d")], region=(0, 0, 21, 21))
+    spec = chart_spec(panels)
+    assert spec["resolve"]["scale"] == {"x": "shared", "y": "shared"} and spec["columns"] == 2
+    images = [la for la in chart_layers(panels) if la["mark"]["type"] == "image"]
+    assert len(images) == 3 and all(la["mark"]["smooth"] is False for la in images)
+    shown = [np.asarray(Image.open(io.BytesIO(base64.b64decode(la["rows"][0]["url"].split(",", 1)[1]))))
+             for la in images]
+    assert (shown[0] == a).all() and (shown[1] == b).all() and (shown[2] == a).all()
+    zoom = next(la["encoding"]["x"]["scale"]["domain"] for la in images)
+    assert zoom == [-0.5, 20.5]
 
 
 def test_runs_overview_and_milestones(root: Path) -> None:

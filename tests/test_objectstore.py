@@ -201,7 +201,7 @@ def test_the_dashboard_opens_a_bucket(s3, monkeypatch: pytest.MonkeyPatch) -> No
     tl = open_app("timeline", runs=key)
     assert "diamond · mfm · seed 2" in texts(tl)
     fr = open_app("frames", runs=key, frames=f"{key}:120")
-    assert len(fr.get("plotly_chart")) == 1
+    assert len(fr.get("vega_lite_chart")) == 1
     holder = next(r for r in jsonl(SAMPLE / "index.jsonl") if r.get("frames") and r["first_step"] < 120 <= r["last_step"])
     fetched = mirror_dir(f"s3://{b}/root") / key / holder["path"]
     assert files(fetched) == files(SAMPLE / holder["path"])
