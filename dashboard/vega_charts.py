@@ -433,9 +433,11 @@ TIMELINE_PICK = "pick_episode"
 """The timeline's click selection: the clicked bar's ``episode`` (empty for merged bars)."""
 
 SELECTED = "selected episode"
+"""The legend name of the pointer over the selected episode."""
 
 
 def _lane_height(lives: list[int]) -> int:
+    """Pixels per life's lane: roomy for a few lives, at least 22 for many."""
     return 70 if len(lives) <= 8 else max(22, 560 // len(lives))
 
 
@@ -546,10 +548,12 @@ PROV_COLUMNS = {"episode": 0, "knowledge": 1, "procedure": 2, "plan": 3, "file":
 """The provenance graph's columns: one per node kind."""
 PROV_COLORS = {"episode": "#4e79a7", "knowledge": "#1b9e77", "procedure": "#d95f02", "plan": "#7570b3",
                "file": "#999999", "disabled": "#d62728"}
+"""The colour of a provenance node by its kind (red: a disabled procedure)."""
 EDGE_STYLES = {"cites": ("#bdbdbd", []), "revises": ("#7570b3", [2, 3]), "disabled_because": ("#d62728", []),
                "used_in": ("#2ca02c", [])}
 """Colour and dash of each kind of provenance edge."""
 PROV_SHAPES = {"version": "circle", "merged nodes": "square", "disabled": CROSS}
+"""The shape of a provenance node: one version, an aggregate of many, a disabled procedure."""
 PROV_PICK = "pick_node"
 """The provenance graph's click selection: the clicked node's ``id``."""
 
