@@ -15,8 +15,6 @@ units, a legend, hover text, and the colours and markers of ``dashboard.theme``.
 """
 from __future__ import annotations
 
-import base64
-import io
 import math
 import warnings
 import zlib
@@ -25,10 +23,10 @@ from typing import Any, Callable
 import altair as alt
 import numpy as np
 import pandas as pd
-from PIL import Image
 
 from dashboard import theme
 from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands, TimelineView
+from loaders.display import data_uri
 from loaders.run_pages import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 
 UNKNOWN = "unknown"
@@ -420,9 +418,10 @@ def grid_map(view: GridView, cell: tuple[int, int] | None = None) -> alt.LayerCh
 STAR = ("M0,-1L0.24,-0.33L0.95,-0.31L0.38,0.12L0.59,0.81L0,0.4L-0.59,0.81L-0.38,0.12L-0.95,-0.31L-0.24,-0.33Z")
 CIRCLE_X = ("M0,-1A1,1 0 1 1 0,1A1,1 0 1 1 0,-1ZM-0.5,-0.65L0,-0.15L0.5,-0.65L0.65,-0.5L0.15,0L0.65,0.5"
             "L0.5,0.65L0,0.15L-0.5,0.65L-0.65,0.5L-0.15,0L-0.65,-0.5Z")
-TIMELINE_SHAPES = {"star": STAR, "x": CROSS, "triangle-down": "triangle-down", "diamond": "diamond",
-                   "square": "square", "circle": "circle", "circle-x": CIRCLE_X}
-"""The Vega-Lite shape of each marker symbol of ``theme.MARK_STYLES`` (Plotly's names)."""
+TIMELINE_SHAPES = {**theme.VEGA_SHAPES, "x": CROSS, "star": STAR, "triangle-down": "triangle-down",
+                   "circle-x": CIRCLE_X}
+"""The Vega-Lite shape of each marker symbol of ``theme.MARK_STYLES`` (Plotly's names): the
+theme's, with the marks' own x-shaped cross, star and circled cross."""
 
 MARK_OFFSETS = {"milestone": -0.42, "memory_write": -0.32, "death": 0.0, "search": 0.32, "inspect": 0.42,
                 "model_ok": 0.2, "model_retried": 0.2, "model_failed": 0.2}
@@ -665,13 +664,6 @@ FRAME_HOVER_PIXELS = 128 * 128
 """Frames up to this many pixels get a hover target per pixel (its position and colour)."""
 
 
-def png_data_uri(frame: np.ndarray) -> str:
-    """A lossless PNG data URI of an HxWx3 frame (an image mark's ``url``)."""
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8)).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
 def _tile_lines(frame: np.ndarray) -> pd.DataFrame:
     """Crafter's tile grid over a frame: one row per line with its colour and width (``strong``:
     the yellow line that closes the 9x7 map area)."""
@@ -717,7 +709,7 @@ def frames_panels(frames: list[np.ndarray], titles: list[str], tiles: bool = Fal
         y_axis = alt.Axis(title="y (px)") if first else None
         x = alt.X("x:Q", scale=xs, title="x (px)")
         fh, fw = frame.shape[:2]
-        image = alt.Chart(pd.DataFrame([{"url": png_data_uri(frame), "x": -0.5, "x2": fw - 0.5, "y": -0.5,
+        image = alt.Chart(pd.DataFrame([{"url": data_uri(frame, 1), "x": -0.5, "x2": fw - 0.5, "y": -0.5,
                                          "y2": fh - 0.5}])).mark_image(smooth=False, aspect=False).encode(
             x=x, x2=alt.X2("x2"), y=alt.Y("y:Q", scale=ys, axis=y_axis), y2=alt.Y2("y2"), url=alt.Url("url:N")
         ).add_params(zoom)

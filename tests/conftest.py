@@ -100,20 +100,20 @@ def chart_spec(chart) -> dict:
 
 def chart_layers(chart) -> list[dict]:
     """The unit views of an Altair chart (layers and concatenations flattened), each with its
-    data rows as ``rows``."""
+    data rows as ``rows`` (its own data, or the data it inherits)."""
     spec = chart_spec(chart)
     data = spec.get("datasets", {})
     out = []
 
-    def walk(node: dict) -> None:
+    def walk(node: dict, inherited: dict) -> None:
+        ref = node.get("data") or inherited
         children = [c for k in ("layer", "concat", "hconcat", "vconcat") for c in node.get(k, [])]
         for child in children:
-            walk(child)
+            walk(child, ref)
         if not children:
-            ref = node.get("data", {})
             out.append(dict(node, rows=data.get(ref.get("name"), ref.get("values", []))))
 
-    walk(spec)
+    walk(spec, {})
     return out
 
 

@@ -33,24 +33,9 @@ def _raw_cells(run_dir: Path, lo: int, hi: int, kinds: set[str] | None) -> set[t
     return {(x, y, k) for (x, y), (_, _, k) in latest.items()}
 
 
-def _altair_values(spec: dict) -> list[list[dict]]:
-    """Every inline dataset of a Vega-Lite spec (top level, layers, facets, concatenations)."""
-    found = []
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("data"), dict) and "values" in node["data"]:
-                found.append(node["data"]["values"])
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(spec)
-    if "datasets" in spec:
-        found += list(spec["datasets"].values())
-    return found
+def _rows(chart) -> list[dict]:
+    """Every data row a chart draws, over all its views (:func:`conftest.chart_layers`)."""
+    return [row for layer in chart_layers(chart) for row in layer["rows"]]
 
 
 @pytest.mark.parametrize("lo,hi,kinds", [(None, None, None), (10, 120, None), (None, None, ("walked",)),
@@ -64,10 +49,10 @@ def test_grid_screen_and_print_show_the_raw_cells(lo, hi, kinds) -> None:
     assert raw, "the sample run must have cells in this range"
     ends = {(r["x"], r["y"]) for r in _lines(run_dir / "index.jsonl")
             if r.get("x") is not None and r["last_step"] >= first and r["first_step"] <= last}
-    screen = vega_charts.grid_map(view).to_dict()
-    printed = figures.grid_figure(run_dir.name, run, view=view).chart.to_dict()
-    for spec in (screen, printed):
-        values = [v for data in _altair_values(spec) for v in data]
+    screen = vega_charts.grid_map(view)
+    printed = figures.grid_figure(run_dir.name, run, view=view).chart
+    for chart in (screen, printed):
+        values = _rows(chart)
         assert {(int(v["x"]), int(v["y"]), v["kind"]) for v in values if "kind" in v} == raw
         assert {(v["x"], v["y"]) for v in values if v.get("mark") == "episode end position"} == ends
 
@@ -92,8 +77,8 @@ def test_timeline_screen_and_print_show_the_raw_episodes(lo, hi) -> None:
     bars = next(la["rows"] for la in layers if "fill" in la["encoding"])
     want = {(r["id"], r["life"], r["first_step"]) for r in rows}
     assert {(b["episode"], b["life"], b["start"]) for b in bars} == want
-    printed = figures.timeline_figure(run_dir.name, run, view=view).chart.to_dict()
-    assert {v["episode"] for data in _altair_values(printed) for v in data} == {r["id"] for r in rows}
+    printed = figures.timeline_figure(run_dir.name, run, view=view).chart
+    assert {v["episode"] for v in _rows(printed)} == {r["id"] for r in rows}
     marks = next(la["rows"] for la in layers if la["rows"] and "lane" in la["rows"][0])
     milestones = [m for m in _lines(run_dir / "milestones.jsonl") if view.lo <= m["step"] <= view.hi]
     assert milestones, "the sample run must have milestones in this range"
@@ -153,12 +138,11 @@ def test_retargeting_screen_and_print_hold_the_same_rates(monkeypatch: pytest.Mo
     sent = next(t for chart in vega_data(at) for t in chart if "measure" in t.columns)
     screen = {(m, meth, round(float(r), 9)) for m, meth, r in zip(sent["measure"], sent["method"], sent["rate"])
               if not math.isnan(r)}
-    spec = figures.retargeting_figure(runs, rates=rates).chart.to_dict()
-    printed = {(v["measure"], v["method"], round(float(v["rate"]), 9)) for data in _altair_values(spec) for v in data
-               if v.get("rate") is not None}
+    values = _rows(figures.retargeting_figure(runs, rates=rates).chart)
+    printed = {(v["measure"], v["method"], round(float(v["rate"]), 9)) for v in values if v.get("rate") is not None}
     assert screen == printed and screen
-    na = {(v["method"], v["measure"]) for data in _altair_values(spec) for v in data if v.get("rate") is None}
-    assert all(v["text"].startswith("n/a") for data in _altair_values(spec) for v in data if v.get("rate") is None)
+    na = {(v["method"], v["measure"]) for v in values if v.get("rate") is None}
+    assert all(v["text"].startswith("n/a") for v in values if v.get("rate") is None)
     assert ("direct", "retarget | inspect") in na, "a method that never inspects shows n/a, not an empty row"
     turns_by_method: dict[str, int] = {}
     for d in DIAMOND:
