@@ -524,6 +524,8 @@ def main() -> None:
     pages = tuple(a.pages.split(","))
     if set(pages) - set(PAGES):
         p.error(f"unknown page(s) {', '.join(sorted(set(pages) - set(PAGES)))}")
+    if a.logs:
+        a.logs.mkdir(parents=True, exist_ok=True)
     out = measure(a.root.resolve(), None if a.run == "-" else a.run, pages, a.repeats, a.first, a.steps, a.logs,
                   tuple(a.first_pages.split(",")) if a.first_pages else None)
     if a.baseline:

@@ -4,8 +4,9 @@ options] -- [app args]`` imports the libraries and loaders the pages use, then s
 this process, so the first visit after a start no longer pays for those imports (2-3 s on
 a loaded 2-core machine; docs/benchmarks.md, "first visit").
 
-Only libraries and ``loaders`` are imported here, never the dashboard's own modules: they
-register Streamlit caches and components, which belongs to a script run.
+Only libraries, ``loaders`` and the dashboard's modules that do not use Streamlit are
+imported here: ``dashboard.ui`` and ``dashboard.scrubber`` register Streamlit caches and a
+component, which belongs to a script run.
 
 It also turns off Streamlit's full garbage collection after every script run
 (``runner.postScriptGC``, on by default) unless the command line sets it: with a large run
@@ -22,19 +23,31 @@ import sys
 PRELOAD = ("pandas", "pyarrow", "duckdb", "numpy", "PIL.Image", "altair",
            "loaders.run", "loaders.run_pages", "loaders.chart_data", "loaders.turns", "loaders.failures",
            "loaders.provenance", "loaders.analysis_pages", "loaders.frame_compare", "loaders.scrubber",
-           "loaders.usersql", "loaders.echo")
-"""Imported before the server starts (what the pages import, heaviest first)."""
+           "loaders.usersql", "loaders.echo", "loaders.live",
+           "dashboard.core", "dashboard.theme", "dashboard.safe_text", "dashboard.vega_charts", "dashboard.figures",
+           "streamlit.emojis", "streamlit.material_icon_names",
+           "narwhals._pandas_like.namespace", "narwhals._interchange.dataframe", "narwhals.stable.v1._namespace",
+           "pyarrow.pandas_compat", "pyarrow.vendored.version", "pandas.core.methods.to_dict", "pandas.core.reshape.reshape",
+           "pandas.io.formats.csvs", "pandas.io.formats.string")
+"""Imported before the server starts: what the pages import (heaviest first), and what the
+libraries import on their first use, which the first visitor would otherwise wait for:
+``streamlit.emojis`` (0.57 s: Streamlit compiles its emoji catalogue the first time an
+alert's text is not ASCII), Altair's dataframe layer (narwhals), pandas' and pyarrow's
+conversions. ``tests/test_serve.py`` checks that no page imports a library module first."""
 OPTIONS = {"--runner.postScriptGC": "false"}
 """``streamlit run`` options put after the app's path unless the command line names them."""
 
 
 def preload() -> None:
-    """Import :data:`PRELOAD` (a module that fails to import is left for the page to report)."""
+    """Import :data:`PRELOAD` (a module that fails to import is left for the page to report),
+    then register Pillow's image plugins, which it does on the first image it encodes."""
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except ImportError:
             pass
+    if "PIL.Image" in sys.modules:
+        sys.modules["PIL.Image"].init()
 
 
 def run_args(argv: list[str]) -> list[str]:

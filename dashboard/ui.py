@@ -10,6 +10,7 @@ Run data and URL values reach Markdown-rendering elements only through :func:`md
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import sys
 import time
@@ -337,6 +338,37 @@ def cached(fn: Callable[..., T], max_entries: int = 64, shared: bool = False) ->
     @functools.wraps(fn)
     def wrapper(runs: Runs, *args: Any, **kwargs: Any) -> T:
         return memo(_runs_key(runs), args, tuple(sorted(kwargs.items())), runs)
+
+    return wrapper
+
+
+def _content_key(v: Any) -> Any:
+    """A hashable stand-in for ``v``: numpy arrays by shape, type and a hash of every byte
+    (Streamlit's own hash samples arrays of 500,000 values or more, so two large frames that
+    differ in a few pixels could share an entry), lists and tuples item by item."""
+    if isinstance(v, np.ndarray):
+        digest = hashlib.blake2b(np.ascontiguousarray(v).tobytes(), digest_size=16).hexdigest()
+        return "ndarray", v.shape, str(v.dtype), digest
+    if isinstance(v, (list, tuple)):
+        return tuple(_content_key(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _content_key(x)) for k, x in v.items()))
+    return v
+
+
+def kept(fn: Callable[..., T], max_entries: int = 32) -> Callable[..., T]:
+    """``fn(*args, **kwargs)`` kept (``st.cache_resource``: the value itself, for values only
+    read, such as a built chart) per the arguments' content (:func:`_content_key`); for
+    values made from arrays rather than from a run (:func:`cached`)."""
+    def call(key: tuple, _args: tuple, _kwargs: dict) -> T:
+        return fn(*_args, **_kwargs)
+
+    call.__qualname__ = f"kept[{fn.__module__}.{fn.__qualname__}]"
+    memo = st.cache_resource(max_entries=max_entries, show_spinner=False)(call)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        return memo(_content_key((args, kwargs)), args, kwargs)
 
     return wrapper
 

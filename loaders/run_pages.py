@@ -103,13 +103,16 @@ def timeline_bars(episodes: pd.DataFrame, lo: int | None = None, hi: int | None 
     cc = cc.sort_values([*keys, "n", "category"], ascending=[True, True, False, True])
     top = cc.drop_duplicates(keys).set_index(keys)["category"]
     head = cc.groupby(keys, sort=False).head(4)
-    mix = (head["category"] + " " + head["n"].astype(str)).groupby([head["life"], head["bin"]]).agg(", ".join)
+    mix: dict[tuple[int, int], list[str]] = {}  # plain lists: a pandas string aggregation per bin took 0.2 s
+    for life, b_, c, n in zip(head["life"].tolist(), head["bin"].tolist(), head["category"].tolist(),
+                              head["n"].tolist()):
+        mix.setdefault((life, b_), []).append(f"{c} {n}")
     idx = pd.MultiIndex.from_frame(agg[keys])
     return pd.DataFrame({
         "life": agg["life"], "start": agg["start"], "end": np.maximum(agg["stop"], agg["start"] + 0.5),
         "category": top.reindex(idx).to_numpy(), "episode": np.where(agg["count"] == 1, agg["id"], ""),
-        "label": [f"{n} episodes, steps {a}–{z}: {m}" for n, a, z, m in
-                  zip(agg["count"], agg["start"], agg["stop"], mix.reindex(idx).to_numpy())],
+        "label": [f"{n} episodes, steps {a}–{z}: {', '.join(mix[(life, b_)])}" for n, a, z, life, b_ in
+                  zip(agg["count"], agg["start"], agg["stop"], agg["life"].tolist(), agg["bin"].tolist())],
         "count": agg["count"]}, columns=cols)
 
 

@@ -230,8 +230,8 @@ if st.session_state["w_diff"] and len(frames) > 1:
         diffs.append((fd.image(), f"{fd.pixels} px > {thr} levels · {fd.map_tiles} + {fd.inventory_tiles} tiles"
                                   + (" · aligned" if fd.aligned else "")))
         diff_notes.append((f"{ref.label} vs frame 1: {note}", fd.image()))
-panels = vega_charts.frames_panels(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
-                                  region=None if full else region)
+panels = ui.kept(vega_charts.frames_panels)(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
+                                           region=None if full else region)
 st.altair_chart(panels, width="content", key="frames_chart")
 st.caption("Zoom (wheel) or pan (drag) any panel and the others follow; double-click to reset. Pixels are drawn "
            "as blocks (nearest neighbour), never smoothed. Hover shows the pixel position and colour.")

@@ -5,6 +5,7 @@ import base64
 import io
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -407,3 +408,35 @@ def test_search_calls_of_every_shape_read_as_query_and_count() -> None:
     labels = list(marks.loc[marks["kind"] == "search", "label"])
     assert labels[0].endswith("→ 3 results") and labels[1].endswith("→ 1 result")
     assert labels[2].endswith("→ results not recorded")
+
+
+def test_merged_timeline_bars_count_the_episodes_of_their_steps() -> None:
+    """More episodes than bars: each merged bar's count, colour, hover mix and episode are
+    those of its life's episodes lying within the bar's steps (episodes here follow each
+    other without overlapping, so the steps say which episodes a bar holds)."""
+    rng = np.random.default_rng(3)
+    kinds = ["collect", "go_to", "explore", "craft", None]
+    rows, step = [], 0
+    for life, n in ((0, 70), (1, 45)):
+        for _ in range(n):
+            length = int(rng.integers(1, 9))
+            action = kinds[int(rng.integers(0, len(kinds)))]
+            rows.append({"id": f"ep_{len(rows):06d}", "life": life, "first_step": step, "last_step": step + length,
+                         "kind": "episode" if action else "initial", "action_kind": action, "summary": "s",
+                         "outcome": None})
+            step += length + 1
+    bars = run_pages.timeline_bars(pd.DataFrame(rows), max_bars=12)
+    assert len(bars) < len(rows) and bars["count"].sum() == len(rows)
+    for bar in bars.itertuples():
+        n, first, last, mix = re.fullmatch(r"(\d+) episodes, steps (\d+)–(\d+): (.*)", bar.label).groups()
+        inside = [r for r in rows if r["life"] == bar.life and int(first) <= r["first_step"]
+                  and r["last_step"] <= int(last)]
+        assert int(n) == bar.count == len(inside), bar.label
+        counts: dict[str, int] = {}
+        for r in inside:
+            kind = r["action_kind"] or r["kind"]
+            counts[kind] = counts.get(kind, 0) + 1
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        assert bar.category == ranked[0][0]
+        assert mix == ", ".join(f"{k} {c}" for k, c in ranked[:4])
+        assert bar.episode == (inside[0]["id"] if len(inside) == 1 else "")

@@ -1,7 +1,13 @@
 """How ``mfm dashboard`` starts Streamlit (``dashboard.serve``): the options it adds."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
+from conftest import APP, REPO
 from streamlit import config
 
 from dashboard.serve import OPTIONS, run_args
@@ -27,3 +33,36 @@ def test_the_options_added_exist_in_this_streamlit() -> None:
 ])
 def test_run_args_turn_off_the_collector_after_every_script_run(argv: list[str], expected: list[str]) -> None:
     assert run_args(argv) == expected
+
+
+FIRST_IMPORTS = """
+import json, sys
+from dashboard import serve
+serve.preload()
+from streamlit.testing.v1 import AppTest
+AppTest.from_string("import streamlit as st\\nst.write('AppTest itself, warmed')").run()
+from dashboard.ui import PAGE_SPECS
+before = set(sys.modules)
+runs = sys.argv[1]
+for page in PAGE_SPECS:
+    at = AppTest.from_file(sys.argv[2], default_timeout=600)
+    at.query_params["runs"] = runs
+    if page != "runs":
+        at.switch_page(f"../pages/{PAGE_SPECS[page][0]}")
+    at.run()
+    assert not at.exception, (page, [e.value for e in at.exception])
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_no_page_imports_a_library_the_server_could_have_loaded_at_start(tmp_path) -> None:
+    """What a first visit costs in a fresh server: every library module a page imports on
+    its first script run is one the server imports before it listens (``PRELOAD``), so the
+    first visitor does not wait for it (``streamlit.emojis`` alone took 0.57 s, loaded by the
+    first alert whose text is not ASCII). Only the dashboard's own modules that need a
+    Streamlit runtime (``dashboard.ui``, ``dashboard.scrubber``) are left to the script."""
+    out = subprocess.run([sys.executable, "-c", FIRST_IMPORTS, "diamond_mfm_s2", APP], cwd=REPO,
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "MFM_RUNS_ROOT": str(REPO / "sample_runs")})
+    late = [m for m in json.loads(out.stdout.strip().splitlines()[-1]) if not m.startswith("dashboard.")]
+    assert late == []

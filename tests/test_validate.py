@@ -165,6 +165,24 @@ def test_fast_path_falls_back_on_any_damage(written_run, tmp_path, monkeypatch, 
     assert [x for x in c.problems if x.file == "steps.jsonl"], "the tolerant reader reports the damage"
 
 
+@pytest.mark.parametrize("damage", [lambda ls: ls[:3] + [b"\n"] + ls[3:], lambda ls: [b"\n"] + ls])
+def test_empty_lines_are_left_to_the_tolerant_reader(written_run, tmp_path, monkeypatch, damage):
+    """An empty line is no damage (the tolerant reader skips it) but the columnar reader,
+    which counts rows by newlines, declines the file: the rows are the tolerant reader's."""
+    import loaders.fastread
+    from mfm.schema import StepRow, read_table
+
+    monkeypatch.setattr(loaders.fastread, "MIN_BYTES", 0)
+    run = _damage(written_run, tmp_path)
+    p = run / "steps.jsonl"
+    lines = p.read_bytes().splitlines(keepends=True)
+    p.write_bytes(b"".join(damage(lines)))
+    c = validate(run)
+    assert "steps.jsonl" not in c.columns
+    assert list(c.tables["steps.jsonl"]) == [r for _, r in read_table(p, StepRow)[0]]
+    assert len(c.tables["steps.jsonl"]) == len(lines)
+
+
 @pytest.mark.parametrize("damage", [
     lambda ls: ls[:2] + [ls[1]] + ls[2:],
     lambda ls: ls[:2] + [ls[2].replace(b'"id":"ep_', b'"id":"episode_')] + ls[3:],
