@@ -689,14 +689,15 @@ def _pixels(frame: np.ndarray) -> pd.DataFrame:
 
 def frames_panels(frames: list[np.ndarray], titles: list[str], tiles: bool = False,
                   diffs: list[tuple[np.ndarray, str]] | None = None,
-                  region: tuple[int, int, int, int] | None = None) -> alt.ConcatChart:
+                  region: tuple[int, int, int, int] | None = None, pixels: bool = False) -> alt.ConcatChart:
     """1–4 frames side by side, drawn as blocks (never smoothed), that zoom (wheel) and pan
     (drag) together; double-click resets. ``diffs`` adds a row of difference masks under
     frames 2… (one wrapped concat: a concat of rows would give the rows' views the same
     names, and Vega-Lite then draws the second row's images in the first); ``region`` =
     (x0, y0, x1, y1) in pixels is the initial view of every panel; ``tiles`` draws the
-    Crafter tile grid (the yellow line closes the 9x7 map area). Each pixel's position and
-    colour show on hover (frames up to :data:`FRAME_HOVER_PIXELS`)."""
+    Crafter tile grid (the yellow line closes the 9x7 map area). ``pixels``: each pixel's
+    position and colour show on hover (frames up to :data:`FRAME_HOVER_PIXELS`); it costs a
+    hover target per pixel, which took the browser ~0.8 s more to draw two 64x64 frames."""
     h, w = frames[0].shape[:2]
     x0, y0, x1, y1 = region if region is not None else (0, 0, w, h)
     xs = alt.Scale(domain=[x0 - 0.5, x1 - 0.5], nice=False, zero=False)
@@ -710,12 +711,12 @@ def frames_panels(frames: list[np.ndarray], titles: list[str], tiles: bool = Fal
         x = alt.X("x:Q", scale=xs, title="x (px)")
         fh, fw = frame.shape[:2]
         image = alt.Chart(pd.DataFrame([{"url": data_uri(frame, 1), "x": -0.5, "x2": fw - 0.5, "y": -0.5,
-                                         "y2": fh - 0.5}])).mark_image(smooth=False, aspect=False).encode(
+                                         "y2": fh - 0.5}])).mark_image(smooth=False, aspect=False, tooltip=False).encode(
             x=x, x2=alt.X2("x2"), y=alt.Y("y:Q", scale=ys, axis=y_axis), y2=alt.Y2("y2"), url=alt.Url("url:N")
         ).add_params(zoom)
         layers = [image]
         if tiles:
-            layers.append(alt.Chart(_tile_lines(frame)).mark_rule().encode(
+            layers.append(alt.Chart(_tile_lines(frame)).mark_rule(tooltip=False).encode(
                 x=x, x2=alt.X2("x2"), y=alt.Y("y:Q", scale=ys, axis=y_axis), y2=alt.Y2("y2"),
                 color=alt.Color("color:N", scale=None), strokeWidth=alt.StrokeWidth("width:Q", scale=None)))
         if hover and fh * fw <= FRAME_HOVER_PIXELS:
@@ -729,11 +730,11 @@ def frames_panels(frames: list[np.ndarray], titles: list[str], tiles: bool = Fal
         return alt.layer(*layers).properties(width=width, height=side, title=alt.TitleParams(
             title.split("<br>"), fontSize=13 if len(frames) <= 2 else 12, fontWeight="normal"))
 
-    panels = [panel(f, t, i == 0, True) for i, (f, t) in enumerate(zip(frames, titles))]
+    panels = [panel(f, t, i == 0, pixels) for i, (f, t) in enumerate(zip(frames, titles))]
     if diffs:
         panels.append(alt.Chart(pd.DataFrame([{"x": (x0 + x1) / 2, "y": (y0 + y1) / 2,
                                                "text": "frame 1 is the reference"}])).mark_text(
-            fontSize=12, color="#555555").encode(x=alt.X("x:Q", scale=xs, title="x (px)"),
+            fontSize=12, color="#555555", tooltip=False).encode(x=alt.X("x:Q", scale=xs, title="x (px)"),
                                                  y=alt.Y("y:Q", scale=ys, title="y (px)"), text=alt.Text("text:N")
                                                  ).properties(width=width, height=side))
         panels += [panel(d, label, False, False) for d, label in diffs]

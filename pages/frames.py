@@ -168,7 +168,7 @@ if len(loaded) == 2 and len(ins) and loaded[0][0].run == loaded[1][0].run == key
             titles = ["retrieved: " + titles[0], "agent's view: " + titles[1]]
             break
 t = run_pages.tile_size(frames[0])
-opt = st.columns([1.3, 1.3, 3, 3])
+opt = st.columns([1.45, 1.45, 1.65, 2.6, 2.6])
 
 def _flag(v: str) -> bool:
     return v == "1"
@@ -180,9 +180,12 @@ opt[1].toggle("Pixel diff", **ui.bound("w_diff", "diff", False, _flag, lambda _:
               help="Second row: pixels differing from the first frame in magenta.")
 cols_w, rows_w = ui.bound_group(("w_cols", "w_rows"), "region", ((0, 9), (0, 9)), parse_region,
                                 format_region)
-opt[2].slider("Region: tile columns", 0, 9, **cols_w,
+opt[2].toggle("Pixel values", **ui.bound("w_pixels", "px", False, _flag, lambda _: "1"),
+              help="Hovering a pixel shows its position and colour (r, g, b). Off by default: a hover target per "
+                   "pixel makes the panels slower to draw.")
+opt[3].slider("Region: tile columns", 0, 9, **cols_w,
               help="Zoom every panel to these tiles (the panels stay in sync; drag to zoom further).")
-opt[3].slider("Region: tile rows", 0, 9, **rows_w)
+opt[4].slider("Region: tile rows", 0, 9, **rows_w)
 c0, c1_ = st.session_state["w_cols"]
 r0, r1 = st.session_state["w_rows"]
 if c1_ <= c0:
@@ -231,10 +234,12 @@ if st.session_state["w_diff"] and len(frames) > 1:
                                   + (" · aligned" if fd.aligned else "")))
         diff_notes.append((f"{ref.label} vs frame 1: {note}", fd.image()))
 panels = ui.kept(vega_charts.frames_panels)(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
-                                           region=None if full else region)
+                                           region=None if full else region, pixels=st.session_state["w_pixels"])
 st.altair_chart(panels, width="content", key="frames_chart")
 st.caption("Zoom (wheel) or pan (drag) any panel and the others follow; double-click to reset. Pixels are drawn "
-           "as blocks (nearest neighbour), never smoothed. Hover shows the pixel position and colour.")
+           "as blocks (nearest neighbour), never smoothed. "
+           + ("Hover shows the pixel position and colour." if st.session_state["w_pixels"]
+              else "Turn on *Pixel values* to see a pixel's position and colour on hover."))
 for note, img in diff_notes:
     st.markdown(f"**Difference** · {ui.md(note)}")
     big = enlarge(np.concatenate([frames[0], np.full((frames[0].shape[0], 2, 3), 255, np.uint8), img], axis=1), 4)

@@ -168,6 +168,21 @@ def test_frames_by_number_when_a_run_has_too_many_episodes_to_list(root: Path, m
     assert at.query_params["frames"] == f"{CRAFTER}:{rows[7]['id']}"
 
 
+def test_frames_pixel_values_on_hover_only_when_asked(root: Path) -> None:
+    """Pixel values (``px=1``) send a hover table per frame: every pixel with its colour;
+    the toggle off (the default) sends none and says how to turn it on."""
+    frames = f"{CRAFTER}:3,{CRAFTER}:5"
+    at = app("frames", runs=CRAFTER, frames=frames)
+    assert not [t for t in vega_tables(at) if {"r", "g", "b"} <= set(t.columns)]
+    assert "Turn on *Pixel values*" in texts(at)
+    at.toggle(key="w_pixels").set_value(True).run()
+    assert at.query_params["px"] == "1"
+    for deep in (at, app("frames", runs=CRAFTER, frames=frames, px="1")):
+        hover = [t for t in vega_tables(deep) if {"r", "g", "b"} <= set(t.columns)]
+        assert [len(t) for t in hover] == [64 * 64, 64 * 64], "one hover target per pixel of each frame"
+        assert "Hover shows the pixel position and colour" in texts(deep)
+
+
 def test_frames_refuse_escaping_paths(root: Path) -> None:
     at = app("frames", runs=CRAFTER, frames=f"../{root.name}/{CRAFTER}:3,/etc:1,{CRAFTER}:5")
     errors = [e.value for e in at.error]

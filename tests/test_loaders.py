@@ -315,6 +315,22 @@ def test_episode_detail_and_frames(root: Path) -> None:
     assert (shown[0] == a).all() and (shown[1] == b).all() and (shown[2] == a).all()
     zoom = next(la["encoding"]["x"]["scale"]["domain"] for la in images)
     assert zoom == [-0.5, 20.5]
+    assert not [la for la in chart_layers(panels) if la["mark"]["type"] == "rect"], "no pixel hover unless asked"
+
+
+def test_frame_panels_show_each_pixel_on_hover_when_asked(root: Path) -> None:
+    """With ``pixels``: a hover target per pixel of each frame (not of the differences),
+    its position and colour those of the frame's array."""
+    run = open_run(root / CRAFTER)
+    a, b = run_pages.frame_for(run, step=1), run_pages.frame_for(run, step=3)
+    panels = vega_charts.frames_panels([a, b], ["a", "b"], diffs=[(b, "d")], pixels=True)
+    hover = [la for la in chart_layers(panels) if la["mark"]["type"] == "rect"]
+    assert len(hover) == 2
+    for layer, frame in zip(hover, (a, b)):
+        assert {t["field"] for t in layer["encoding"]["tooltip"]} == {"x", "y", "r", "g", "b"}
+        rows = layer["rows"]
+        assert len(rows) == frame.shape[0] * frame.shape[1]
+        assert all([r["r"], r["g"], r["b"]] == frame[r["y"], r["x"]].tolist() for r in rows)
 
 
 def test_runs_overview_and_milestones(root: Path) -> None:
