@@ -27,8 +27,9 @@ PRELOAD = ("pandas", "pyarrow", "duckdb", "numpy", "PIL.Image", "altair",
            "dashboard.core", "dashboard.theme", "dashboard.safe_text", "dashboard.vega_charts", "dashboard.figures",
            "streamlit.emojis", "streamlit.material_icon_names",
            "narwhals._pandas_like.namespace", "narwhals._interchange.dataframe", "narwhals.stable.v1._namespace",
-           "pyarrow.pandas_compat", "pyarrow.vendored.version", "pandas.core.methods.to_dict", "pandas.core.reshape.reshape",
-           "pandas.io.formats.csvs", "pandas.io.formats.string")
+           "pyarrow.pandas_compat", "pyarrow.vendored.version",
+           "pandas.core.methods.to_dict", "pandas.core.reshape.reshape", "pandas.io.formats.csvs",
+           "pandas.io.formats.string")
 """Imported before the server starts: what the pages import (heaviest first), and what the
 libraries import on their first use, which the first visitor would otherwise wait for:
 ``streamlit.emojis`` (0.57 s: Streamlit compiles its emoji catalogue the first time an

@@ -711,7 +711,8 @@ def frames_panels(frames: list[np.ndarray], titles: list[str], tiles: bool = Fal
         x = alt.X("x:Q", scale=xs, title="x (px)")
         fh, fw = frame.shape[:2]
         image = alt.Chart(pd.DataFrame([{"url": data_uri(frame, 1), "x": -0.5, "x2": fw - 0.5, "y": -0.5,
-                                         "y2": fh - 0.5}])).mark_image(smooth=False, aspect=False, tooltip=False).encode(
+                                         "y2": fh - 0.5}])).mark_image(
+            smooth=False, aspect=False, tooltip=False).encode(
             x=x, x2=alt.X2("x2"), y=alt.Y("y:Q", scale=ys, axis=y_axis), y2=alt.Y2("y2"), url=alt.Url("url:N")
         ).add_params(zoom)
         layers = [image]

@@ -1,4 +1,5 @@
-"""How ``mfm dashboard`` starts Streamlit (``dashboard.serve``): the options it adds."""
+"""How ``mfm dashboard`` starts Streamlit (``dashboard.serve``): the options it adds, what it
+imports before it listens."""
 from __future__ import annotations
 
 import json
@@ -55,7 +56,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
 
-def test_no_page_imports_a_library_the_server_could_have_loaded_at_start(tmp_path) -> None:
+def test_no_page_imports_a_library_the_server_could_have_loaded_at_start() -> None:
     """What a first visit costs in a fresh server: every library module a page imports on
     its first script run is one the server imports before it listens (``PRELOAD``), so the
     first visitor does not wait for it (``streamlit.emojis`` alone took 0.57 s, loaded by the
