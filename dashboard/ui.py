@@ -10,7 +10,6 @@ Run data and URL values reach Markdown-rendering elements only through :func:`md
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import sys
 import time
@@ -31,6 +30,7 @@ from loaders.live import LiveRuns, needs_refresh, watch_key
 from loaders.remote import mirrored_url
 from loaders.run import Run, find_runs
 from mfm.boundary import UnsafePath
+from mfm.memory.retrieval import frame_hash
 
 T = TypeVar("T")
 Runs = Run | Sequence[tuple[str, Run]]
@@ -347,8 +347,7 @@ def _content_key(v: Any) -> Any:
     (Streamlit's own hash samples arrays of 500,000 values or more, so two large frames that
     differ in a few pixels could share an entry), lists and tuples item by item."""
     if isinstance(v, np.ndarray):
-        digest = hashlib.blake2b(np.ascontiguousarray(v).tobytes(), digest_size=16).hexdigest()
-        return "ndarray", v.shape, str(v.dtype), digest
+        return "ndarray", v.shape, str(v.dtype), frame_hash(v)
     if isinstance(v, (list, tuple)):
         return tuple(_content_key(x) for x in v)
     if isinstance(v, dict):

@@ -170,17 +170,18 @@ if len(loaded) == 2 and len(ins) and loaded[0][0].run == loaded[1][0].run == key
 t = run_pages.tile_size(frames[0])
 opt = st.columns([1.45, 1.45, 1.65, 2.6, 2.6])
 
-def _flag(v: str) -> bool:
-    return v == "1"
+def _flag(key: str, param: str) -> dict:
+    """An on/off widget bound to the URL parameter ``param`` (``1`` when on, absent when off)."""
+    return ui.bound(key, param, False, lambda v: v == "1", lambda _: "1")
 
 
-opt[0].toggle("Tile grid", **ui.bound("w_tiles", "tiles", False, _flag, lambda _: "1"),
+opt[0].toggle("Tile grid", **_flag("w_tiles", "tiles"),
               help=f"Crafter tiles are {t} px here (width // 9); the yellow line closes the 9x7 map.")
-opt[1].toggle("Pixel diff", **ui.bound("w_diff", "diff", False, _flag, lambda _: "1"),
+opt[1].toggle("Pixel diff", **_flag("w_diff", "diff"),
               help="Second row: pixels differing from the first frame in magenta.")
 cols_w, rows_w = ui.bound_group(("w_cols", "w_rows"), "region", ((0, 9), (0, 9)), parse_region,
                                 format_region)
-opt[2].toggle("Pixel values", **ui.bound("w_pixels", "px", False, _flag, lambda _: "1"),
+opt[2].toggle("Pixel values", **_flag("w_pixels", "px"),
               help="Hovering a pixel shows its position and colour (r, g, b). Off by default: a hover target per "
                    "pixel makes the panels slower to draw.")
 opt[3].slider("Region: tile columns", 0, 9, **cols_w,
@@ -203,7 +204,7 @@ if st.session_state["w_diff"] and len(frames) > 1:
         "w_thr", "thr", frame_compare.DEFAULT_THRESHOLD, lambda v: max(0, min(255, int(v)))),
         help=f"A pixel counts as changed when a channel moves by more than this many levels (0–255). The default "
              f"{frame_compare.DEFAULT_THRESHOLD} hides Crafter's light night noise.")
-    d2.toggle("World-aligned", **ui.bound("w_align", "align", False, _flag, lambda _: "1"),
+    d2.toggle("World-aligned", **_flag("w_align", "align"),
               help="Shift each frame by the player's move since frame 1 (positions from steps.jsonl, life-aware) so "
                    "that the same world cells overlap: the diff shows a mined block or a placed table, not the "
                    "camera move. Dark: cells outside frame 1's view.")
