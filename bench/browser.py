@@ -34,9 +34,11 @@ link from the Runs page opens it):
 
 - ``first``: the first visit after the server starts: a new server process (its Python
   imports included: what ``mfm dashboard`` then a first click costs), a new browser
-  context (empty HTTP cache), the page opened by its URL. The table cache
-  (``MFM_CACHE_DIR``) is filled beforehand by one open of the run, as after any earlier
-  dashboard session.
+  context (empty HTTP cache), the page opened by its URL as soon as the server's health
+  check answers (``--first-after S``: S seconds later, as a person who starts the server and
+  then clicks its URL; the server makes its start-up visits, ``dashboard.warmup``, only
+  when no browser has connected for 2 s). The table cache (``MFM_CACHE_DIR``) is filled
+  beforehand by one open of the run, as after any earlier dashboard session.
 - ``link``: the same URL opened again in a new tab of the same browser, the server warm
   (a new Streamlit session: the page's ``st.cache_data`` entries and the opened run shared).
 - ``click``: the page's link in the sidebar clicked from the Runs page, in one session
@@ -160,6 +162,8 @@ async ({since, quiet, timeout, needRun}) => {
 
 PRELOAD = True
 """Start the dashboard through ``dashboard.serve`` (as ``mfm dashboard`` does); False: plain ``streamlit run``."""
+WARM = True
+"""Let ``dashboard.serve`` make its start-up visits (``dashboard.warmup``); False: ``--no-warm``."""
 
 BIG_IMAGE = '[data-testid="stMain"] [data-testid="stColumn"] [data-testid="stImage"] img'
 """The frame of the bare-Streamlit baseline app (an ``st.image`` in a column)."""
@@ -198,7 +202,7 @@ def serve(root: Path, log: Path | None = None, app: Path | None = None) -> Itera
     server's process group afterwards."""
     port = free_port()
     out = open(log, "w") if log else subprocess.DEVNULL
-    how = ["dashboard.serve"] if app is None and PRELOAD else ["streamlit", "run"]
+    how = ["dashboard.serve", *([] if WARM else ["--no-warm"])] if app is None and PRELOAD else ["streamlit", "run"]
     cmd = [sys.executable, "-m", *how, str(app or REPO / "dashboard" / "app.py"),
            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--client.showErrorDetails", "type", "--server.fileWatcherType", "none"]
@@ -414,9 +418,10 @@ def _fill_table_cache(run: Path) -> None:
 
 def measure(root: Path, key: str | None, pages: tuple[str, ...] = PAGES, repeats: int = 10, first: int = 3,
             steps: int = 20, log_dir: Path | None = None, first_pages: tuple[str, ...] | None = None,
-            warmup: bool = True) -> dict:
+            warmup: bool = True, first_after: float = 0.0) -> dict:
     """The figures of the module docstring for the run ``root/key``: ``first`` first visits
-    (each on a new server) of each page of ``first_pages`` (default: ``pages``), after one
+    (each on a new server, opened ``first_after`` seconds after its health check answers) of
+    each page of ``first_pages`` (default: ``pages``), after one
     unmeasured visit of each page (``warmup``) ``repeats`` opens by URL and by sidebar click
     of each page on a warm server, and ``steps`` frame steps (0: none). Seconds, except the
     frame step's ms. ``key`` None: the pages opened with no run chosen (the Runs page of a
@@ -442,6 +447,7 @@ def measure(root: Path, key: str | None, pages: tuple[str, ...] = PAGES, repeats
             for i in range(first):
                 for page in (pages if first_pages is None else first_pages):
                     with serve(root, log(f"first_{page}_{i}")) as base:
+                        time.sleep(first_after)
                         ctx = browser.new_context(viewport=VIEWPORT)
                         ctx.add_init_script(WATCH)
                         _try(raw[page]["first"], raw[page]["errors"], f"first visit {i}",
@@ -518,16 +524,19 @@ def main() -> None:
     p.add_argument("--baseline", action="store_true", help="also measure the bare Streamlit app (baseline())")
     p.add_argument("--no-preload", action="store_true",
                    help="start the dashboard with plain `streamlit run` (as before dashboard.serve)")
+    p.add_argument("--no-warm", action="store_true", help="start the dashboard without its start-up visits")
+    p.add_argument("--first-after", type=float, default=0.0,
+                   help="seconds between a new server's health check and its first visit (default 0)")
     a = p.parse_args()
-    global PRELOAD
-    PRELOAD = not a.no_preload
+    global PRELOAD, WARM
+    PRELOAD, WARM = not a.no_preload, not a.no_warm
     pages = tuple(a.pages.split(","))
     if set(pages) - set(PAGES):
         p.error(f"unknown page(s) {', '.join(sorted(set(pages) - set(PAGES)))}")
     if a.logs:
         a.logs.mkdir(parents=True, exist_ok=True)
     out = measure(a.root.resolve(), None if a.run == "-" else a.run, pages, a.repeats, a.first, a.steps, a.logs,
-                  tuple(a.first_pages.split(",")) if a.first_pages else None)
+                  tuple(a.first_pages.split(",")) if a.first_pages else None, first_after=a.first_after)
     if a.baseline:
         out.update(baseline(a.repeats, a.steps, a.logs))
     print(json.dumps(out))

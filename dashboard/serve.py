@@ -1,6 +1,6 @@
-"""How ``mfm dashboard`` runs Streamlit: ``python -m dashboard.serve APP [streamlit run
-options] -- [app args]`` imports the libraries and loaders the pages use, then starts
-``streamlit run`` in the same process. Streamlit runs each page's script in a thread of
+"""How ``mfm dashboard`` runs Streamlit: ``python -m dashboard.serve [--no-warm] APP
+[streamlit run options] -- [app args]`` imports the libraries and loaders the pages use, then
+starts ``streamlit run`` in the same process. Streamlit runs each page's script in a thread of
 this process, so the first visit after a start no longer pays for those imports (2-3 s on
 a loaded 2-core machine; docs/benchmarks.md, "first visit").
 
@@ -14,6 +14,10 @@ open, the collector walks every object the loaded tables hold, holding the GIL: 
 after each script run with a 360,000-step run open, and page changes in the browser took up
 to twice as long (docs/benchmarks.md, "The collector after every script run"). Python's own
 collector still runs as usual.
+
+Unless ``--no-warm`` is given, the server visits its own pages with the newest run open
+when no browser has connected in the first 2 s (``dashboard.warmup``), so that a browser
+arriving later finds that run's views built.
 """
 from __future__ import annotations
 
@@ -63,12 +67,22 @@ def run_args(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Preload, then ``streamlit run`` with ``argv`` (this process's arguments by default)
-    and :data:`OPTIONS`."""
+    """Preload, start the start-up visits (``dashboard.warmup``) unless ``argv`` (this
+    process's arguments by default) begins with ``--no-warm``, then ``streamlit run`` with
+    the rest of ``argv`` and :data:`OPTIONS`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    warm = not (argv and argv[0] == "--no-warm")
+    if not warm:
+        argv.pop(0)
     preload()
     from streamlit.web.cli import main as streamlit_main
 
-    sys.argv = ["streamlit", "run", *run_args(sys.argv[1:] if argv is None else argv)]
+    if warm and argv:
+        from dashboard import warmup
+        from dashboard.core import runs_root
+
+        warmup.start(runs_root(argv[argv.index("--") + 1:] if "--" in argv else []))
+    sys.argv = ["streamlit", "run", *run_args(argv)]
     streamlit_main()
 
 

@@ -138,7 +138,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     elif not root.is_dir():
         print(f"mfm dashboard: runs root {root} is not a folder", file=sys.stderr)
         return 2
-    cmd = [sys.executable, "-m", "dashboard.serve", str(app), "--server.port", str(args.port),
+    cmd = [sys.executable, "-m", "dashboard.serve", *(["--no-warm"] if args.no_warm else []), str(app),
+           "--server.port", str(args.port),
            "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--client.showErrorDetails", "type", "--", "--root", str(root)]
     env = dict(os.environ, MFM_RUNS_ROOT=str(root))
@@ -486,6 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dashboard", help="start the dashboard")
     d.add_argument("root", nargs="?", default="sample_runs", help="runs root (default: sample_runs)")
     d.add_argument("--port", type=int, default=8501)
+    d.add_argument("--no-warm", action="store_true",
+                   help="do not visit the pages with the newest run open once the server has started "
+                        "(those visits build its views before a browser asks for them)")
     d.set_defaults(func=cmd_dashboard)
 
     r = sub.add_parser("run", help="run the memory-driven Crafter agent")
