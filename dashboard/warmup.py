@@ -28,6 +28,7 @@ without what this needs makes :func:`start` print one line and do nothing else.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sys
 import threading
@@ -166,6 +167,8 @@ def _work(root: Path) -> None:
             return
         loop = rt._get_async_objs().eventloop
         done = asyncio.run_coroutine_threadsafe(visit_all(rt, visits), loop).result()
+    except concurrent.futures.CancelledError:  # the server stopped during the visits
+        return
     except Exception as e:  # a visit must never take the server down
         _say(f"start-up visits stopped: {type(e).__name__}: {e}")
         return
