@@ -16,7 +16,7 @@ from conftest import REPO
 from dash_browser import dashboard, needs_browser, no_exception, query, screenshot, settle, url
 from raw import action_of, collect_failure, crowded_turn, found_at_target, jsonl, respawn_turn, stored_frame
 
-pytestmark = [needs_browser, pytest.mark.slow]
+pytestmark = [needs_browser, pytest.mark.browser, pytest.mark.slow]
 
 ROOT = REPO / "sample_runs"
 RUN = ROOT / "diamond_mfm_s2"

@@ -7,7 +7,7 @@ import pytest
 
 from dash_browser import needs_browser
 
-pytestmark = [needs_browser, pytest.mark.slow]
+pytestmark = [needs_browser, pytest.mark.browser, pytest.mark.slow]
 
 
 def test_browser_benchmark_times_every_page_and_a_frame_step(tmp_path) -> None:

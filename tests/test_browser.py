@@ -15,7 +15,7 @@ from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
 from loaders.run_pages import inspections
 
-pytestmark = [needs_browser, pytest.mark.slow]
+pytestmark = [needs_browser, pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -390,6 +390,7 @@ def shown_step(pg) -> int:
     return int(pg.inner_text(".mfm-scrubber .mfm-caption").split(" · ")[0].split()[1])
 
 
+@pytest.mark.browser
 @pytest.mark.slow
 def test_scrubber_in_jupyterlab(tmp_path):
     """JupyterLab (its anywidget extension, no build step) shows the scrubber from a real kernel:

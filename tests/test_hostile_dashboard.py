@@ -294,6 +294,7 @@ def server(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
 
 
 @needs_browser
+@pytest.mark.browser
 @pytest.mark.slow
 def test_browser_fetches_nothing_planted(server: str, root: Path) -> None:
     from playwright.sync_api import sync_playwright

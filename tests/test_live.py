@@ -198,6 +198,7 @@ def test_a_running_run_gone_quiet_is_shown_crashed(live_root: tuple[Path, Growin
 
 
 @needs_browser
+@pytest.mark.browser
 @pytest.mark.slow
 def test_live_timeline_in_a_browser(tmp_path: Path, page) -> None:
     root = tmp_path / "runs"

@@ -75,6 +75,7 @@ def _of(entries: dict[str, int], name: str) -> int:
 
 
 @needs_browser
+@pytest.mark.browser
 @pytest.mark.slow
 def test_a_first_visit_finds_what_the_start_up_visits_built(tmp_path: Path, page) -> None:
     """A server started on a root of two runs visits its pages with the newer run open before
