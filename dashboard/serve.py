@@ -79,9 +79,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if warm and argv:
         from dashboard import warmup
-        from dashboard.core import runs_root
 
-        warmup.start(runs_root(argv[argv.index("--") + 1:] if "--" in argv else []))
+        warmup.start(argv[argv.index("--") + 1:] if "--" in argv else [])
     sys.argv = ["streamlit", "run", *run_args(argv)]
     streamlit_main()
 

@@ -5,7 +5,8 @@ A first visit after ``mfm dashboard`` builds everything while the visitor waits:
 tables, its episodes, the chart's data and the chart (0.5-1.2 s of the Timeline's 2.7-3.3 s
 at 36,000 steps; the whole first open of a 360,000-step run).
 
-:func:`start` finds the newest run under the runs root while Streamlit starts. Once the
+:func:`start` resolves the runs root and finds its newest run in a thread of its own while
+Streamlit starts (a root in object storage is listed there, not before the server). Once the
 runtime has run for :data:`IDLE_S` seconds with no browser connected, it visits the Runs page
 and then the pages of :data:`PAGES` with that run open (``?runs=KEY``), one after the other.
 Each visit is a Streamlit session of its own, made the way a browser's is
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from dashboard.core import run_key
+from dashboard.core import run_key, runs_root
 from loaders.run import find_runs
 from mfm.schema import MANIFEST
 
@@ -156,11 +157,12 @@ def _say(text: str) -> None:
     print(f"mfm dashboard: {text}", file=sys.stderr, flush=True)
 
 
-def _work(root: Path) -> None:
-    """The thread :func:`start` runs: plan, wait for the runtime, visit, report one line."""
+def _work(app_args: list[str]) -> None:
+    """The thread :func:`start` runs: find the runs root and plan, wait for the runtime,
+    visit, report one line."""
     t0 = time.perf_counter()
     try:
-        visits = plan(root)
+        visits = plan(runs_root(app_args))
         rt = _runtime(time.monotonic() + START_WAIT_S)
         if rt is None:
             _say("no start-up visits: Streamlit's runtime did not start")
@@ -180,8 +182,10 @@ def _work(root: Path) -> None:
          + f" ({time.perf_counter() - t0:.2f} s after the server's start)")
 
 
-def start(root: Path) -> threading.Thread:
-    """Make the start-up visits of the runs root ``root`` in a daemon thread (started here)."""
-    thread = threading.Thread(target=_work, args=(Path(root),), name="mfm-warmup", daemon=True)
+def start(app_args: list[str]) -> threading.Thread:
+    """Make the start-up visits in a daemon thread (started here); ``app_args``: the app's
+    arguments (after ``--``), which name the runs root as the app reads them
+    (:func:`dashboard.core.runs_root`)."""
+    thread = threading.Thread(target=_work, args=(list(app_args),), name="mfm-warmup", daemon=True)
     thread.start()
     return thread
