@@ -18,12 +18,12 @@ from mfm.objectstore import is_url
 from mfm.envs.rules import task_names
 
 EXTRAS = {"read": ("pandas", "duckdb", "pyarrow"),
-          "dashboard": ("pandas", "duckdb", "pyarrow", "streamlit", "plotly", "altair", "vl_convert"),
+          "dashboard": ("pandas", "duckdb", "pyarrow", "streamlit", "altair", "vl_convert"),
           "llm": ("openai",),
           "ray": ("ray",),
           "s3": ("s3fs",),
-          "notebook": ("pandas", "duckdb", "pyarrow", "streamlit", "plotly", "altair", "vl_convert", "jupyterlab",
-                       "ipykernel", "anywidget", "ipywidgets", "nbclient", "nbformat", "nbconvert")}
+          "notebook": ("pandas", "duckdb", "pyarrow", "streamlit", "altair", "vl_convert", "jupyterlab", "ipykernel",
+                       "anywidget", "ipywidgets", "nbclient", "nbformat", "nbconvert", "plotly")}
 """The modules (import names) each extra of pyproject.toml installs, with those of the extras it includes."""
 
 

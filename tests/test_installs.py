@@ -24,7 +24,7 @@ NOT_IN_CORE = ("streamlit", "pandas", "duckdb", "pyarrow", "plotly", "altair", "
                "jupyterlab", "anywidget")
 SOURCES = ("pyproject.toml", "README.md", "mfm", "loaders", "dashboard", "pages")
 """What a build of the project reads (the rest of the checkout is not copied)."""
-WITHOUT_EXTRA = [(["dashboard"], "dashboard", "streamlit"), (["dashboard", "sample_runs"], "dashboard", "plotly"),
+WITHOUT_EXTRA = [(["dashboard"], "dashboard", "streamlit"), (["dashboard", "sample_runs"], "dashboard", "altair"),
                  (["figures", "sample_runs", "--out", "F"], "dashboard", "vl_convert"),
                  (["results", "sample_runs"], "read", "pandas"), (["import", "A", "B"], "read", "duckdb"),
                  (["run", "--policy", "llm", "--model", "m", "--out", "L"], "llm", "openai")]

@@ -63,6 +63,12 @@ def test_screens_import_no_agent_learner_or_harness():
     assert violations(SCREENS, NOT_ON_SCREENS) == []
 
 
+def test_pages_import_no_plotly():
+    """The pages draw Vega-Lite: the dashboard extra does not install Plotly (the notebook extra
+    does, for dashboard.charts; .importlinter's app-no-plotly keeps the dashboard package clean)."""
+    assert violations(["pages"], ("plotly", "dashboard.charts")) == []
+
+
 def test_loaders_import_no_streamlit():
     """A notebook gets the same tables the pages use."""
     assert violations(["loaders"], NOT_IN_LOADERS) == []
