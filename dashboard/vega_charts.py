@@ -470,7 +470,8 @@ VITALS_HEIGHT = 150
 def timeline_chart(view: TimelineView, selected: str | None = None, step: int | None = None,
                    span: tuple[int, int, int] | None = None) -> alt.LayerChart:
     """Episodes as bars over env steps, one lane per life, with the event marks, and in a
-    band below the vitals (minimum per bin when binned; their axis on the right). ``span`` =
+    band below the vitals (minimum per bin when binned; their axis on the right; drawn
+    through the points where they change, :attr:`TimelineView.vital_lines`). ``span`` =
     (first_step, last_step, life) of the ``selected`` episode, shaded even when its bar is
     merged; ``step``: a dotted rule. One view, so lanes and vitals share the step axis: drag
     it to pan, wheel to zoom (double-click resets); clicking an episode's bar selects it
@@ -527,8 +528,7 @@ def timeline_chart(view: TimelineView, selected: str | None = None, step: int | 
     if len(vitals):
         names = list(theme.VITAL_COLORS)
         per_px = 10 / VITALS_HEIGHT
-        vital.append(alt.Chart(vitals).transform_fold(names, as_=["vital", "value"]).mark_line(
-            interpolate="step-after", strokeWidth=1.5).encode(
+        vital.append(alt.Chart(view.vital_lines).mark_line(interpolate="step-after", strokeWidth=1.5).encode(
             x=alt.X("step:Q", scale=x_scale),
             y=alt.Y("value:Q", scale=alt.Scale(domain=[-0.5, -0.5 + height * per_px], nice=False, zero=False),
                     axis=alt.Axis(values=[0, 3, 6, 9], orient="right", grid=False, title="vitals (0–9)",
@@ -536,7 +536,8 @@ def timeline_chart(view: TimelineView, selected: str | None = None, step: int | 
             stroke=alt.Stroke("vital:N", legend=alt.Legend(orient="right", title=None),
                               scale=alt.Scale(domain=names, range=list(theme.VITAL_COLORS.values()))),
             detail="life:N",
-            tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("vital:N"), alt.Tooltip("value:Q"), alt.Tooltip("life:N")]))
+            tooltip=[alt.Tooltip("step:Q", title="from step"), alt.Tooltip("vital:N"), alt.Tooltip("value:Q"),
+                     alt.Tooltip("life:N")]))
         layers.append(alt.Chart(pd.DataFrame([{"top": top + lanes_px / lane_px}])).mark_rule(
             color="#bbbbbb").encode(y=y))
     return alt.layer(alt.layer(*layers), *vital).resolve_scale(y="independent").properties(

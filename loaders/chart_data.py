@@ -11,6 +11,7 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -168,6 +169,11 @@ class TimelineView:
     def lives(self) -> list[int]:
         """The lives with a bar (one lane each); ``[0]`` when none."""
         return sorted({int(v) for v in self.bars["life"]}) if len(self.bars) else [0]
+
+    @cached_property
+    def vital_lines(self) -> pd.DataFrame:
+        """The vitals where they change (``step, life, vital, value``): what the chart draws."""
+        return run_pages.vital_changes(self.vitals)
 
 
 def clip_range(run: Run, lo: int | None, hi: int | None) -> tuple[int, int]:

@@ -64,7 +64,7 @@ elif ep_id and run.episode(ep_id) is None:
 step = parse_int(ui.qp("step"))
 
 view = ui.timeline(run, lo, hi, color_by)
-bars, marks, vitals = view.bars, view.marks, view.vitals
+bars, marks = view.bars, view.marks
 sel = run.episode(ep_id) if ep_id else None
 
 
@@ -76,7 +76,7 @@ def _chart(r: Run, lo: int, hi: int, color_by: str, ep: str | None, step: int | 
 
 fig = ui.cached(_chart, max_entries=16, shared=True)(
     run, lo, hi, color_by, ep_id, step, (sel.first_step, sel.last_step, sel.life) if sel else None)
-points = len(bars) + len(marks) + 4 * len(vitals)
+points = len(bars) + len(marks) + len(view.vital_lines)
 
 
 def _first_frame(ep: str | None) -> int | None:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, chart_layers, open_app, use_root, vega_data
-from dashboard import charts, figures, vega_charts
+from dashboard import charts, figures, theme, vega_charts
 from loaders import chart_data
 from loaders.run import open_run
 
@@ -90,6 +90,59 @@ def test_timeline_screen_and_print_show_the_raw_episodes(lo, hi) -> None:
     assert (shade["start"], shade["end"]) == (pick["first_step"], max(pick["last_step"], pick["first_step"] + 0.5))
     rule = next(la["rows"] for la in layers if la["mark"]["type"] == "rule" and "step" in la["rows"][0])
     assert rule == [{"step": pick["first_step"] + 1}]
+
+
+STEPPED = sorted(p.parent for p in SAMPLES.glob("*/steps.jsonl"))
+
+
+@pytest.mark.parametrize("run_dir", STEPPED, ids=[p.name for p in STEPPED])
+def test_timeline_vitals_are_steps_jsonl(run_dir: Path) -> None:
+    """The Timeline's vitals, drawn only where a value changes, read back as a step-after
+    line: at every step of steps.jsonl the line has that step's value (a run binned to fewer
+    points shows each bin's minimum: never above the step's value, and each drawn value is one
+    the run had within its segment), with far fewer points than 4 per step."""
+    raw = _lines(run_dir / "steps.jsonl")
+    view = chart_data.timeline(open_run(run_dir))
+    layer = next(la for la in chart_layers(vega_charts.timeline_chart(view)) if la["rows"] and "vital" in la["rows"][0])
+    assert not any("fold" in t for t in layer.get("transform", []))
+    lines: dict[tuple[int, str], list[tuple[int, float]]] = {}
+    for r in layer["rows"]:
+        lines.setdefault((r["life"], r["vital"]), []).append((r["step"], r["value"]))
+    assert {k for k in lines} == {(r["life"], v) for r in raw for v in theme.VITAL_COLORS}
+    assert len(layer["rows"]) < 4 * len(raw) / 3
+    binned = len(view.vitals) < len(raw)
+    seen: dict[tuple[int, str, int], set] = {}
+    for r in raw:
+        for vital in theme.VITAL_COLORS:
+            pts = lines[(r["life"], vital)]
+            i = max(j for j, (s, _) in enumerate(pts) if s <= r["step"])
+            assert pts[i][1] == r[vital] if not binned else pts[i][1] <= r[vital], (r["step"], vital)
+            seen.setdefault((r["life"], vital, i), set()).add(r[vital])
+    if binned:
+        assert all(pts[i][1] in seen[(life, vital, i)] for (life, vital), pts in lines.items()
+                   for i in range(len(pts)))
+
+
+@pytest.mark.parametrize("run_dir", STEPPED, ids=[p.name for p in STEPPED])
+def test_grid_paths_pass_every_position_of_steps_jsonl(run_dir: Path) -> None:
+    """Each life's path on the map, drawn through the points where it turns, passes every
+    position of steps.jsonl in step order: each step's cell lies on the segment between the
+    drawn points before and after it; and it has fewer points than steps."""
+    raw = _lines(run_dir / "steps.jsonl")
+    view = chart_data.grid(open_run(run_dir))
+    layer = next(la for la in chart_layers(vega_charts.grid_map(view)) if la["mark"]["type"] == "line")
+    drawn: dict[int, list[tuple[int, int, int]]] = {}
+    for r in sorted(layer["rows"], key=lambda r: r["step"]):
+        drawn.setdefault(r["life"], []).append((r["step"], r["x"], r["y"]))
+    assert sorted(drawn) == sorted({r["life"] for r in raw})
+    assert len(layer["rows"]) < len(raw) / 2
+    for r in raw:
+        pts = drawn[r["life"]]
+        i = max(j for j, p in enumerate(pts) if p[0] <= r["step"])
+        (_, ax, ay), (_, bx, by) = pts[i], pts[min(i + 1, len(pts) - 1)]
+        cross = (bx - ax) * (r["y"] - ay) - (by - ay) * (r["x"] - ax)
+        inside = min(ax, bx) <= r["x"] <= max(ax, bx) and min(ay, by) <= r["y"] <= max(ay, by)
+        assert cross == 0 and inside, (r["step"], pts[i], r["x"], r["y"])
 
 
 @pytest.mark.parametrize("which", ["progress", "steps_per_turn"])

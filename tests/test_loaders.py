@@ -192,7 +192,7 @@ def test_a_36000_step_run_stays_under_50k_points() -> None:
     folded = [[t["fold"] for t in la.get("transform", []) if "fold" in t] for la in layers]
     points = sum(len(la["rows"]) * (len(f[0]) if f else 1) for la, f in zip(layers, folded))
     assert points <= run_pages.MAX_POINTS, points
-    assert len(paths) <= 20_000 + 4
+    assert len(paths) <= run_pages.MAX_PATH_POINTS + steps["life"].nunique()
     assert paths.groupby("life")["step"].max().tolist() == steps.groupby("life")["step"].max().tolist()
 
 
