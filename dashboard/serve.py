@@ -45,7 +45,8 @@ OPTIONS = {"--runner.postScriptGC": "false"}
 
 def preload() -> None:
     """Import :data:`PRELOAD` (a module that fails to import is left for the page to report),
-    then register Pillow's image plugins, which it does on the first image it encodes."""
+    then register Pillow's image plugins, which it does on the first image it encodes, and
+    mark Streamlit's one-time "not started with streamlit run" check as done."""
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -53,6 +54,12 @@ def preload() -> None:
             pass
     if "PIL.Image" in sys.modules:
         sys.modules["PIL.Image"].init()
+    dg = sys.modules.get("streamlit.delta_generator")
+    if dg is not None and hasattr(dg, "_use_warning_has_been_displayed"):
+        # Streamlit checks once per process, on the first element a page sends, whether it
+        # was started from a REPL, with inspect.stack() (reading the source of every frame:
+        # 0.09 s of a first visit); the server runs under ``streamlit run``: never a REPL.
+        dg._use_warning_has_been_displayed = True
 
 
 def run_args(argv: list[str]) -> list[str]:

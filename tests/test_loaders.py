@@ -142,6 +142,29 @@ def test_inspections_pair_the_retrieved_frame_with_the_agents(root: Path) -> Non
     assert "inspected" in row["label"]
 
 
+CALLS_TEXTS = ['[{"tool": "search", "args": {"text": "tree"}}]', ' {"a": 1}\n', "", "  ", "1,2", '"a","b"', "[1",
+               '"d"]', "NaN", "\ufeff[1]", "nul", "[1] x", "true", '"\\u006dodel"', "[1]\u00a0", "{}{}"]
+
+
+@pytest.mark.parametrize("text", CALLS_TEXTS)
+def test_turn_calls_parse_as_json_loads_does(text: str) -> None:
+    """A turn's calls text is parsed as ``json.loads`` parses it, and is None where that fails."""
+    try:
+        want = json.loads(text)
+    except ValueError:
+        want = None
+    got = run_pages._json(text)
+    assert (got != got and want != want) or got == want  # NaN is the one value not equal to itself
+
+
+def test_model_requests_written_with_escapes_are_found() -> None:
+    """A model request whose tool name is written with JSON escapes is still a model request."""
+    calls = '[{"tool": "\\u006dodel", "args": {}, "result": {}}]'
+    turns = pd.DataFrame({"turn": [0, 1], "life": [0, 0], "first_step": [3, 9],
+                          "calls": [calls, '[{"tool": "search", "args": {}, "result": {}}]']})
+    assert run_pages.model_calls(turns)["step"].tolist() == [3]
+
+
 def test_tool_calls_accept_frame_index_and_paths() -> None:
     turns = pd.DataFrame({
         "turn": [0, 1], "life": [0, 0], "first_step": [10, 20],
