@@ -125,6 +125,21 @@ def test_cached_open_is_identical_on_sample_runs(sample, fast, cache, monkeypatc
     assert tree(run) == before, "nothing is written into the run folder"
 
 
+@pytest.mark.parametrize("part", [slice(None, 50), slice(3, 10, 2), slice(-5, None), slice(10, 2), slice(None, None, -7)],
+                         ids=["first 50", "a step", "the last", "empty", "backwards"])
+def test_a_slice_of_records_read_as_columns_is_the_records(part, monkeypatch):
+    """Records read as columns and asked for as a slice before any other (built alone) are the
+    records the tolerant reader gives, and so is the same slice once all are built."""
+    monkeypatch.setattr(loaders.fastread, "MIN_BYTES", 0)
+    run = REPO / "sample_runs" / "diamond_mfm_s2"
+    plain = mfm.validate.validate(run)
+    for name in ("index.jsonl", "steps.jsonl"):
+        lazy = validate(run).tables[name]
+        assert isinstance(lazy, cachedread.LazyRecords), name
+        assert lazy[part] == plain.tables[name][part], name
+        assert list(lazy)[part] == lazy[part] == plain.tables[name][part], name
+
+
 def damaged_copy(tmp_path: Path, damage: str) -> Path:
     run = tmp_path / "damaged"
     shutil.copytree(REPO / "sample_runs" / "diamond_mfm_s2", run)
