@@ -592,16 +592,13 @@ def _turns(life: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     first = np.ones(n, bool)
     first[1:] = life[1:] != life[:-1]
     last = np.roll(first, -1)
-    last[-1] = True
-    moved = first | (x != np.roll(x, 1)) | (y != np.roll(y, 1))
-    keep = moved | last
+    keep = first | last | (x != np.roll(x, 1)) | (y != np.roll(y, 1))
     idx = np.flatnonzero(keep)
     px, py, pl = x[idx], y[idx], life[idx]
     dx, dy = np.diff(px), np.diff(py)
     straight = ((dx[1:] * dy[:-1] - dy[1:] * dx[:-1] == 0) & (dx[1:] * dx[:-1] + dy[1:] * dy[:-1] > 0)
-                & (pl[1:-1] == pl[:-2]) & (pl[1:-1] == pl[2:]))
-    mid = idx[1:-1][straight]
-    keep[mid] = keep[mid] & (first[mid] | last[mid])
+                & (pl[1:-1] == pl[:-2]) & (pl[1:-1] == pl[2:]))  # neighbours in its own life: not a first or last
+    keep[idx[1:-1][straight]] = False
     return keep
 
 
