@@ -20,7 +20,7 @@ import pandas as pd
 
 from loaders.inherited import inherited_from, inherited_id, locate, origin
 from loaders.run import Run
-from mfm.envs.crafter_env import LOCAL_ROWS, VIEW
+from mfm.envs.crafter_env import LOCAL_ROWS, VIEW, VITALS
 from mfm.memory.retrieval import FrameError, ends_in_strip
 from mfm.schema import EPISODE_REF, IndexRow
 
@@ -479,7 +479,7 @@ def vitals_series(steps: pd.DataFrame, lo: int | None = None, hi: int | None = N
 
     Columns: ``step, life, health, food, drink, energy``.
     """
-    cols = ["step", "life", "health", "food", "drink", "energy"]
+    cols = ["step", "life", *VITALS]
     if not len(steps):
         return pd.DataFrame(columns=cols)
     s = _window(steps[cols], lo, hi)
@@ -493,8 +493,11 @@ def vitals_series(steps: pd.DataFrame, lo: int | None = None, hi: int | None = N
     return out[cols].sort_values("step", ignore_index=True)
 
 
-VITALS = ("health", "food", "drink", "energy")
-"""The vitals of a step, in the order the Timeline draws them."""
+def _life_bounds(life: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows ordered by life: which row is its life's first, and which its life's last."""
+    first = np.ones(len(life), bool)
+    first[1:] = life[1:] != life[:-1]
+    return first, np.roll(first, -1)
 
 
 def vital_changes(vitals: pd.DataFrame) -> pd.DataFrame:
@@ -510,10 +513,8 @@ def vital_changes(vitals: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     v = vitals.sort_values(["life", "step"], kind="stable")
     life = v["life"].to_numpy()
-    ends = np.ones(len(v), bool)
-    ends[1:] = life[1:] != life[:-1]  # a life's first point
-    ends[:-1] |= ends[1:].copy()  # and its last
-    ends[-1] = True
+    first, last = _life_bounds(life)
+    ends = first | last
     parts = []
     for name in VITALS:
         a = v[name].to_numpy()
@@ -586,12 +587,9 @@ def _turns(life: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Which points of paths (rows ordered by life, then step) a polyline needs: each life's
     first and last, and every point where the path turns (not a repeat of the point before,
     not the middle of a straight run in one direction)."""
-    n = len(life)
-    if n < 3:
-        return np.ones(n, bool)
-    first = np.ones(n, bool)
-    first[1:] = life[1:] != life[:-1]
-    last = np.roll(first, -1)
+    if len(life) < 3:
+        return np.ones(len(life), bool)
+    first, last = _life_bounds(life)
     keep = first | last | (x != np.roll(x, 1)) | (y != np.roll(y, 1))
     idx = np.flatnonzero(keep)
     px, py, pl = x[idx], y[idx], life[idx]
