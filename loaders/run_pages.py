@@ -202,7 +202,7 @@ def search_label(text: str, hits: Any) -> str:
 def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")) -> pd.DataFrame:
     """Each call of the given tools made by a turn, one row per call.
 
-    Columns: ``turn, life, step, tool, episode, target_step, text, results, args, result``.
+    Columns: ``turn, life, step, tool, episode, target_step, frame_index, text, results``.
     ``step`` is the turn's ``first_step`` (the agent decides before acting). For inspections
     ``episode`` is the inspected episode (``args.episode``/``id``/``episode_id``, the same in
     ``result``, or an episode id inside ``args.path``; an inherited one keeps its
@@ -213,8 +213,7 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
     the query in words (:func:`search_text`) and ``results`` the number of episodes it
     returned (:func:`search_hits`; missing when the call record holds no result list).
     """
-    cols = ["turn", "life", "step", "tool", "episode", "target_step", "frame_index", "text", "results",
-            "args", "result"]
+    cols = ["turn", "life", "step", "tool", "episode", "target_step", "frame_index", "text", "results"]
     want = set(tools)
     rows = []
     for turn, life, step, calls in zip(turns["turn"], turns["life"], turns["first_step"], turns["calls"]):
@@ -241,8 +240,7 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
             rows.append((int(turn), int(life), int(step), c["tool"], ep,
                          int(tstep) if isinstance(tstep, (int, float)) and not isinstance(tstep, bool) else None,
                          int(fidx) if isinstance(fidx, int) and not isinstance(fidx, bool) else None,
-                         search_text(args) if search else "", search_hits(res) if search else None,
-                         json.dumps(args, sort_keys=True), json.dumps(res, sort_keys=True)))
+                         search_text(args) if search else "", search_hits(res) if search else None))
     df = pd.DataFrame(rows, columns=cols)
     for c in ("target_step", "frame_index", "results"):
         df[c] = df[c].astype("Int64")
