@@ -91,12 +91,10 @@ def _field_values(col: pd.Series, kind: str) -> list:
     (one call of the decoder instead of one per row), the rest value by value."""
     base = kind.rstrip("?")
     values = col.tolist()
-    if col.dtype.kind in "iu" or (base == "num" and col.dtype.kind == "f" and not col.isna().any()):
-        return values
-    if base == "str" and not col.isna().any():
+    gaps = col.isna().to_numpy()
+    if col.dtype.kind in "iu" or (base in ("num", "str") and not gaps.any()):
         return values
     if base in ("dict", "counts", "list"):
-        gaps = col.isna().to_numpy()
         texts = ["null" if gap else v for v, gap in zip(values, gaps)] if gaps.any() else values
         try:
             parsed = json.loads("[" + ",".join(texts) + "]")
