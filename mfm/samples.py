@@ -14,6 +14,12 @@ copy with that budget, since its run ends well inside it (the game is the same, 
 first frame, sealed until step 1,000, evicted from the budgeted GUIDE.md meanwhile, and found
 again from the frames of an episode 963 steps old (the index searched by what frames showed).
 
+``diamond_direct_s3_1600steps`` and ``diamond_vista_s1_1900steps`` are there for the failure
+views: lives that end during a collect with the damage in the episode before (Direct, seed 3,
+13 lives), and a life whose failed actions have several causes, one naming a cell (VISTA, seed
+1, life 11); budgets cut just past those cases keep sample_runs/ small. Since the baselines got the paper's affordances (issue 44), the seed-2 runs die too rarely
+to show these.
+
 ``echo/ical_s5`` and ``echo/passive_s5`` are Echo learner runs (``mfm echo run``) of the
 same seed with a reduced number of Echo episodes, for the Echo page; they are a separate
 step (``--only echo``) so that regenerating them leaves the diamond samples alone.
@@ -37,6 +43,8 @@ SAMPLES: tuple[tuple[str, str, str, int, int | None], ...] = (
     *((f"diamond_{m}_s{COMPARISON_SEED}_{COMPARISON_STEPS}steps", "diamond", m, COMPARISON_SEED, COMPARISON_STEPS)
       for m in ("direct", "pro-long", "vista")),
     ("reach-1000_mfm_s0", "reach-1000", "mfm", 0, None),
+    ("diamond_direct_s3_1600steps", "diamond", "direct", 3, 1600),
+    ("diamond_vista_s1_1900steps", "diamond", "vista", 1, 1900),
 )
 """(folder, task, method, seed, step budget or None for the task's)."""
 COMMAND = "python -m mfm.samples"
