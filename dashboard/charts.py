@@ -6,7 +6,11 @@ The figure has axis titles with units and a legend, and uses the palette of
 """
 from __future__ import annotations
 
-import plotly.graph_objects as go
+try:
+    import plotly.graph_objects as go
+except ModuleNotFoundError as e:
+    raise ModuleNotFoundError('dashboard.charts draws with Plotly, which the notebook extra installs: '
+                              'pip install "mfm[notebook]"', name=e.name) from e
 
 from dashboard import theme
 from loaders.chart_data import SeedBands

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Sequence
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import altair as alt
 import pandas as pd
@@ -31,6 +31,8 @@ from loaders import analysis_pages as ap
 from loaders import chart_data, echo, paper_tables
 from loaders import provenance
 from loaders import run_pages
+from loaders.escape import csv_frame, file_segment
+from loaders.remote import run_identity
 from loaders.run import Run, find_runs, local_path, open_run
 
 WIDTHS = {"single": 240, "double": 500}
@@ -368,41 +370,74 @@ def render(fig: Figure, fmt: str) -> bytes:
     raise ValueError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
+STEM_BYTES = 200
+"""The longest file stem :func:`save` writes (a prefix, a run's name of at most
+:data:`loaders.escape.SEGMENT_BYTES` and a suffix stay under the 255 bytes file systems allow)."""
+
+
+class OutsideOutput(ValueError):
+    """A file to be written would land outside the output folder (a name or a symlink leading
+    out of it)."""
+
+
+def inside(root: Path, path: Path) -> Path:
+    """``path``, once checked to lie inside ``root`` with symlinks and ``..`` resolved; raises
+    :class:`OutsideOutput` otherwise."""
+    if not path.resolve().is_relative_to(Path(root).resolve()):
+        raise OutsideOutput(f"refusing to write {path}: it leads outside the output folder {root}")
+    return path
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    """``df`` as CSV with every text cell a spreadsheet would run as a formula neutralised
+    (:func:`loaders.escape.csv_frame`). Rows end in CRLF (RFC 4180), so a cell holding a
+    carriage return or a line break is quoted and can never start a row of its own."""
+    csv_frame(df).to_csv(path, index=False, lineterminator="\r\n")
+
+
 def save(fig: Figure, out_dir: Path, width: str, stem: str | None = None, base_url: str = "",
-         command: str = "") -> list[Path]:
+         command: str = "", root: Path | None = None) -> list[Path]:
     """Write ``stem.svg/.pdf/.png``, its data ``stem.csv`` and ``stem.json`` (the manifest)
-    into ``out_dir``."""
+    into ``out_dir``; ``stem`` is made one safe file name, and every file is checked to land
+    inside ``root`` (default ``out_dir``) before it is written."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = stem or fig.name
+    root = out_dir if root is None else Path(root)
+    inside(root, out_dir).mkdir(parents=True, exist_ok=True)
+    stem = file_segment(stem or fig.name, limit=STEM_BYTES)
     written = []
     for fmt in FORMATS:
-        p = out_dir / f"{stem}.{fmt}"
+        p = inside(root, out_dir / f"{stem}.{fmt}")
         p.write_bytes(render(fig, fmt))
         written.append(p)
     data_file = None
     if fig.data is not None:
         data_file = f"{stem}.csv"
-        fig.data.to_csv(out_dir / data_file, index=False)
+        write_csv(fig.data, inside(root, out_dir / data_file))
         written.append(out_dir / data_file)
-    p = out_dir / f"{stem}.json"
+    p = inside(root, out_dir / f"{stem}.json")
     p.write_text(json.dumps(manifest(fig, width, base_url, command, data_file), indent=2) + "\n",
                  encoding="utf-8")
     return [*written, p]
 
 
 def file_stem(key: str) -> str:
-    """A run key as part of a file name (nested keys ``a/b`` become ``a_b``)."""
-    return key.replace("/", "_")
+    """A run key as part of a file name: one safe path segment (nested keys ``a/b`` become
+    ``a_b``; :func:`loaders.escape.file_segment`)."""
+    return file_segment(key)
 
 
 def _expand(paths: Sequence[str | Path]) -> list[tuple[str, Run]]:
     """Runs named by run folders or runs roots, keyed as the dashboard keys them under that
-    root (a run folder given directly: its name); made unique."""
+    root (a run folder given directly: its name); made unique. A run named twice, however
+    spelled (``loaders.remote.run_identity``), is opened once, under its first key."""
     out: dict[str, Run] = {}
+    seen: set[str] = set()
     for p in map(local_path, paths):
         is_run = (p / "run.json").is_file()
         for d in ([p] if is_run else find_runs(p)):
+            if run_identity(d) in seen:
+                continue
+            seen.add(run_identity(d))
             key = d.name if is_run else d.resolve().relative_to(p.resolve()).as_posix()
             n = 2
             while key in out:
@@ -411,21 +446,24 @@ def _expand(paths: Sequence[str | Path]) -> list[tuple[str, Run]]:
     return list(out.items())
 
 
-def _html(sections: list[tuple[str, list[tuple[str, Figure, str]], list[tuple[str, str]], list[str]]]) -> str:
-    """One page showing every figure (its SVG, caption and files) and table, per task."""
+def _html(sections: list[tuple[str, str, list[tuple[str, Figure, str]], list[tuple[str, str]], list[str]]]
+          ) -> str:
+    """One page showing every figure (its SVG, caption and files) and table, per task (each
+    section: the task, its folder, figures, tables and notes)."""
     esc = html.escape
     parts = ["<!doctype html><meta charset='utf-8'><title>mfm figures</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
              "figure{margin:1.5em 0;border-top:1px solid #ddd;padding-top:1em}figcaption{font-size:.9em;color:#444}"
              "table{border-collapse:collapse;font-size:.85em}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
              ".note{color:#a33}</style>", "<h1>mfm figures</h1>"]
-    for task, figs, tabs, notes in sections:
+    for task, folder, figs, tabs, notes in sections:
         parts.append(f"<h2>Task: {esc(task)}</h2>")
         parts += [f"<p class='note'>{esc(n)}</p>" for n in notes]
         for stem, fig, width in figs:
-            files = " · ".join(f"<a href='{esc(task)}/{esc(stem)}.{ext}'>{ext}</a>"
+            href = esc(f"{quote(folder)}/{quote(stem)}")
+            files = " · ".join(f"<a href='{href}.{ext}'>{ext}</a>"
                                for ext in (*FORMATS, *(("csv",) if fig.data is not None else ()), "json"))
-            parts.append(f"<figure><img src='{esc(task)}/{esc(stem)}.svg' alt='{esc(fig.name)}' "
+            parts.append(f"<figure><img src='{href}.svg' alt='{esc(fig.name)}' "
                          f"style='width:{2 * WIDTHS[width] + 120}px;max-width:100%'><figcaption><b>{esc(stem)}</b> "
                          f"({width} column). {esc(fig.caption)}<br>{files}</figcaption></figure>")
         for title, table_html in tabs:
@@ -451,21 +489,27 @@ def write_figures(paths: Sequence[str | Path], out_dir: str | Path, window: int 
     notes = [] if notes is None else notes
     written: list[Path] = []
     sections = []
+    root = Path(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    folders: set[str] = set()
     for task, group in chart_data.tasks(runs):
-        out = Path(out_dir) / file_stem(task)
+        folder = file_segment(task, folders)
+        out = inside(root, root / folder)
         made: list[tuple[str, Figure, str]] = []
 
         def add(fig: Figure, w: str, stem: str) -> None:
-            written.extend(save(fig, out, w, stem, base_url, command))
+            written.extend(save(fig, out, w, stem, base_url, command, root=root))
             made.append((stem, fig, w))
 
+        names: set[str] = set()
         for key, run in group:
-            add(timeline_figure(key, run, width or "double"), width or "double", f"timeline_{file_stem(key)}")
-            add(grid_figure(key, run, width or "single"), width or "single", f"spatial_grid_{file_stem(key)}")
+            name = file_segment(key, names)
+            add(timeline_figure(key, run, width or "double"), width or "double", f"timeline_{name}")
+            add(grid_figure(key, run, width or "single"), width or "single", f"spatial_grid_{name}")
             if run.records("memory_writes.jsonl"):
-                add(provenance_figure(key, run, width or "double"), width or "double", f"provenance_{file_stem(key)}")
+                add(provenance_figure(key, run, width or "double"), width or "double", f"provenance_{name}")
                 add(provenance_graph_figure(key, run, width or "double"), width or "double",
-                    f"provenance_graph_{file_stem(key)}")
+                    f"provenance_graph_{name}")
         progress = chart_data.progress(group)
         if len(progress.bands):
             add(progress_figure(group, width or "double", progress), width or "double", "progress")
@@ -489,15 +533,15 @@ def write_figures(paths: Sequence[str | Path], out_dir: str | Path, window: int 
                 notes.append(f"echo_unlock ({task}): no Echo episode recorded yet; not drawn.")
         tabs = []
         for name, title, table in paper_tables.tables(ap.measures(group)):
-            tex, csv = out / f"table_{name}.tex", out / f"table_{name}.csv"
+            tex, csv = inside(root, out / f"table_{name}.tex"), inside(root, out / f"table_{name}.csv")
             tex.write_text(paper_tables.to_latex(table, f"{title}; task {task}.", f"tab:{name}-{task}"),
                            encoding="utf-8")
-            table.to_csv(csv, index=False)
+            write_csv(table, csv)
             written += [tex, csv]
             tabs.append((title, table.to_html(index=False, escape=True, border=0)))
-        sections.append((task, made, tabs, [n for n in notes if f"({task})" in n]))
+        sections.append((task, folder, made, tabs, [n for n in notes if f"({task})" in n]))
     if html_page:
-        page = Path(out_dir) / "index.html"
+        page = inside(root, root / "index.html")
         page.write_text(_html(sections), encoding="utf-8")
         written.append(page)
     return written

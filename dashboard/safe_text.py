@@ -4,9 +4,13 @@ Run files (summaries, notes, events, tags, task names, memory files, problem mes
 URL parameters are untrusted. Streamlit renders Markdown in ``st.markdown``, captions, alerts,
 titles, expander and tab labels, widget labels and tooltips, radio and select-slider options,
 image captions and page links, and a Markdown image there makes the viewer's browser fetch
-its URL. Text shown as text goes through :func:`md` (or :func:`md_code`); a Markdown document
-written by the agent that is meant to render goes through :func:`md_document`. Selectbox and
-multiselect options, tables, code blocks, JSON and charts show plain text and need neither.
+its URL. Its renderer (GitHub-flavoured Markdown) also turns bare URLs (``http://…``,
+``https://…``, ``www.…``) and e-mail addresses into links, and it does so on the text left after
+backslash escapes are read, so escaping cannot stop it: :func:`md` puts an invisible word
+joiner (U+2060) inside each, which no autolink matches across. Text shown as text goes
+through :func:`md` (or :func:`md_code`); a Markdown document written by the agent that is meant
+to render goes through :func:`md_document`. Selectbox and multiselect options, tables, code
+blocks, JSON and charts show plain text and need neither.
 """
 from __future__ import annotations
 
@@ -18,6 +22,9 @@ _MARKER = re.compile(r"^\s*(?=[-+>#])|^\s*\d+(?=[.)])")
 _BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
 _IMAGE = re.compile(r"(?<!\\)((?:\\\\)*)!(?=\[)")
 _TICKS = re.compile(r"`+")
+_AUTOLINK = re.compile(r"(?<=[A-Za-z0-9])(?=://)|(?i:(?<=www))(?=\.)|(?<=@)(?=[\w.+-])")
+JOINER = "\u2060"
+"""WORD JOINER: invisible, does not break the line; put where a URL or e-mail autolink would start."""
 
 
 def clip(text: object, limit: int | None = None) -> str:
@@ -29,11 +36,13 @@ def clip(text: object, limit: int | None = None) -> str:
 
 def md(text: object, limit: int | None = None) -> str:
     """Markdown that shows ``text`` literally on one line, cut to ``limit`` characters. The
-    marks that open images, links (bare URLs included), HTML, code, emphasis, math and
-    Streamlit directives are backslash-escaped, and so is a leading list, quote or heading
-    mark. Other marks (``_ . - : ( ) >`` ...) are kept, as run keys, ids and summaries are
-    full of them: alone they build none of these (at most ``_a_`` shows in italics)."""
-    return _MARKER.sub(lambda m: m.group(0) + "\\", _SYNTAX.sub(r"\\\1", clip(text, limit)), count=1)
+    marks that open images, links, HTML, code, emphasis, math and Streamlit directives are
+    backslash-escaped, and so is a leading list, quote or heading mark; bare URLs and e-mail
+    addresses get a :data:`JOINER` (before ``://``, after ``www``, after ``@``) so that they
+    stay text. Other marks (``_ . - : ( ) >`` ...) are kept, as run keys, ids and summaries
+    are full of them: alone they build none of these (at most ``_a_`` shows in italics)."""
+    text = _AUTOLINK.sub(JOINER, clip(text, limit))
+    return _MARKER.sub(lambda m: m.group(0) + "\\", _SYNTAX.sub(r"\\\1", text), count=1)
 
 
 def md_code(text: object, limit: int | None = None) -> str:

@@ -17,12 +17,23 @@ collector still runs as usual.
 
 Unless ``--no-warm`` is given, the server visits its own pages with the newest run open
 when no browser has connected in the first 2 s (``dashboard.warmup``), so that a browser
-arriving later finds that run's views built.
+arriving later finds that run's views built, and starts the SQL page's warm worker process
+(``loaders.usersql.warm``), so that the first query does not wait for its interpreter.
+
+``mfm dashboard`` does not run this module in its own process: :func:`supervise` starts it in
+a process group of its own (the server, its SQL workers) and, when ``mfm dashboard`` is told to
+stop (SIGTERM, SIGINT, SIGHUP), stops that whole group and waits for it, so no server is left
+serving with nobody to stop it. Importing this module imports nothing heavy.
 """
 from __future__ import annotations
 
 import importlib
+import os
+import signal
+import subprocess
 import sys
+import time
+from types import FrameType
 
 PRELOAD = ("pandas", "pyarrow", "duckdb", "numpy", "PIL.Image", "altair",
            "loaders.run", "loaders.run_pages", "loaders.chart_data", "loaders.turns", "loaders.failures",
@@ -33,7 +44,7 @@ PRELOAD = ("pandas", "pyarrow", "duckdb", "numpy", "PIL.Image", "altair",
            "narwhals._pandas_like.namespace", "narwhals._interchange.dataframe", "narwhals.stable.v1._namespace",
            "pyarrow.pandas_compat", "pyarrow.vendored.version",
            "pandas.core.methods.to_dict", "pandas.core.reshape.reshape", "pandas.io.formats.csvs",
-           "pandas.io.formats.string")
+           "pandas.io.formats.string", "pandas.io.formats.style", "pandas.io.formats.style_render")
 """Imported before the server starts: what the pages import (heaviest first), and what the
 libraries import on their first use, which the first visitor would otherwise wait for:
 ``streamlit.emojis`` (0.57 s: Streamlit compiles its emoji catalogue the first time an
@@ -86,10 +97,108 @@ def main(argv: list[str] | None = None) -> None:
 
     if warm and argv:
         from dashboard import warmup
+        from loaders import usersql
 
+        usersql.warm()
         warmup.start(argv[argv.index("--") + 1:] if "--" in argv else [])
     sys.argv = ["streamlit", "run", *run_args(argv)]
     streamlit_main()
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""What makes :func:`supervise` stop the server."""
+GRACE_S = 10.0
+"""How long the server's process group has to stop after SIGTERM before it is killed."""
+
+
+def supervise(cmd: list[str], env: dict[str, str] | None = None, grace_s: float = GRACE_S) -> int:
+    """Run ``cmd`` (the server) in a new process group and wait for it; on SIGTERM, SIGINT or
+    SIGHUP send SIGTERM to the group. Whatever ended the server, the rest of its group is
+    stopped too (SIGTERM, then SIGKILL after ``grace_s``) before this returns: the server's
+    exit code, or 128 plus the signal that stopped it."""
+    received: list[int] = []
+    started: list[subprocess.Popen] = []
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        if started:
+            _signal_group(started[0].pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    except BaseException:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        raise
+    started.append(proc)
+    if received:
+        _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        code = _wait(proc, received, grace_s)
+    finally:
+        stop_group(proc.pid, grace_s)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 128 + received[0] if received else code
+
+
+def _wait(proc: subprocess.Popen, received: list[int], grace_s: float) -> int:
+    """``proc``'s exit code; once a stop signal was ``received``, it has ``grace_s`` to exit
+    before it is killed (with its group)."""
+    stopping_since: float | None = None
+    while True:
+        try:
+            return proc.wait(0.2)
+        except subprocess.TimeoutExpired:
+            if received and stopping_since is None:
+                stopping_since = time.monotonic()
+            if stopping_since is not None and time.monotonic() - stopping_since > grace_s:
+                _signal_group(proc.pid, signal.SIGKILL)
+                return proc.wait()
+
+
+def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:
+    """End every process of group ``pgid``: SIGTERM, then SIGKILL to what is left after
+    ``grace_s``; returns once none is left (or a last SIGKILL was sent)."""
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        if not _group_alive(pgid):
+            return
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+    end = time.monotonic() + grace_s
+    while _group_alive(pgid) and time.monotonic() < end:
+        time.sleep(0.05)
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to group ``pgid``; whether the group still had a process."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether group ``pgid`` holds a process that is not a zombie (an exited child that no one
+    has waited for yet counts as gone); without ``/proc``, whether it holds any process."""
+    if not os.path.isdir("/proc/self"):
+        return _signal_group(pgid, 0)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 if __name__ == "__main__":

@@ -214,20 +214,38 @@ def all_runs() -> list[Run]:
     return [get_run(Path(p)) for p in _find(str(root()))]
 
 
-def selected_runs() -> list[tuple[str, Run]]:
-    """The runs named by ``runs`` in the URL; refused keys are reported on the page."""
-    base = root()
-    out: list[tuple[str, Run]] = []
-    for key in split_list(qp("runs")):
+REFUSED_SHOWN = 5
+"""The most refused run keys a page names (one message each; the others are counted in one more)."""
+
+
+def resolve_run_keys(base: Path, keys: Sequence[str]) -> tuple[list[tuple[str, Path]], list[str]]:
+    """The run folders ``keys`` name, each once however it is spelled (``x``, ``./x``, ``x/``,
+    a symlink to ``x`` inside the root: one run, keyed by its path relative to the root with
+    symlinks resolved), in the order first named, before any is opened; and why keys were
+    refused (``core.resolve_run_key``), each reason once."""
+    found: dict[str, Path] = {}
+    refused: list[str] = []
+    for key in keys:
         try:
             path = resolve_run_key(base, key)
         except UnsafePath as e:
-            st.error(f"Refused run path: {md(e)}. Runs are named by their folder relative to the runs root.",
-                     icon="🚫")
+            if str(e) not in refused:
+                refused.append(str(e))
             continue
-        if key not in [k for k, _ in out]:
-            out.append((run_key(base, path), get_run(path)))
-    return out
+        found.setdefault(run_key(base, path), path)
+    return list(found.items()), refused
+
+
+def selected_runs() -> list[tuple[str, Run]]:
+    """The runs named by ``runs`` in the URL, each run once (:func:`resolve_run_keys`);
+    refused keys are reported on the page."""
+    found, refused = resolve_run_keys(root(), split_list(qp("runs")))
+    for why in refused[:REFUSED_SHOWN]:
+        st.error(f"Refused run path: {md(why)}. Runs are named by their folder relative to the runs root.",
+                 icon="🚫")
+    if len(refused) > REFUSED_SHOWN:
+        st.error(f"{len(refused) - REFUSED_SHOWN:,} more run paths refused.", icon="🚫")
+    return [(key, get_run(path)) for key, path in found]
 
 
 def focus_run(runs: list[tuple[str, Run]]) -> tuple[str, Run] | None:

@@ -301,7 +301,8 @@ def retarget_map(position: tuple[float, float] | None, inspected: list[dict], ta
 GRID_SIDE = 720
 """The grid map's longer side on a page (pixels); both axes get the same pixels per cell."""
 
-GRID_MARKS = {"episode end position": ("circle", 70), "death": (CROSS, 130), "selected cell": ("square", 420)}
+GRID_MARKS = {"episode end position": ("circle", 70), "death": (CROSS, 130), "selected cell": ("square", 420),
+              "failed target": ("diamond", 520)}
 """Shape and size of the grid map's point marks, by what they stand for."""
 
 MANY_LIVES = 6
@@ -349,10 +350,12 @@ def grid_picks(view: GridView) -> list[str]:
             if marks]
 
 
-def grid_map(view: GridView, cell: tuple[int, int] | None = None) -> alt.LayerChart:
+def grid_map(view: GridView, cell: tuple[int, int] | None = None, mark: tuple[int, int] | None = None
+             ) -> alt.LayerChart:
     """The traversed-cell grid of a :class:`loaders.chart_data.GridView` as a page's map:
     cells coloured by kind, each life's path and episode end positions in the life's colour,
-    deaths, the picked ``cell`` outlined. Equal axes, the second axis growing downwards as in
+    deaths, the picked ``cell`` outlined, ``mark`` (a failed action's target cell) as a red
+    diamond. Equal axes, the second axis growing downwards as in
     the game; drag to pan, wheel to zoom (double-click resets); clicking an end position, a
     death or a cell selects it (:data:`GRID_PICKS`)."""
     x0, y0, x1, y1 = view.extent
@@ -389,7 +392,8 @@ def grid_map(view: GridView, cell: tuple[int, int] | None = None) -> alt.LayerCh
             x=x, y=y, color=life_color, detail="life:N", order="step:Q")
         layers.append(path if len(cells) else path.add_params(zoom))
     points = _grid_points(view)
-    marks = [m for m in GRID_MARKS if m in set(points["mark"]) or (m == "selected cell" and cell is not None)]
+    marks = [m for m in GRID_MARKS if m in set(points["mark"]) or (m == "selected cell" and cell is not None)
+             or (m == "failed target" and mark is not None)]
     legend = alt.Legend(title=None, orient="right")
     shape = alt.Shape("mark:N", legend=legend, scale=alt.Scale(domain=marks, range=[GRID_MARKS[m][0] for m in marks]))
     size = alt.Size("mark:N", legend=legend, scale=alt.Scale(domain=marks, range=[GRID_MARKS[m][1] for m in marks]))
@@ -405,6 +409,11 @@ def grid_map(view: GridView, cell: tuple[int, int] | None = None) -> alt.LayerCh
         picked = pd.DataFrame([{"x": cell[0], "y": cell[1], "mark": "selected cell"}])
         layers.append(alt.Chart(picked).mark_point(filled=False, strokeWidth=3, color="#ff00aa").encode(
             x=x, y=y, shape=shape, size=size))
+    if mark is not None:
+        target = pd.DataFrame([{"x": mark[0], "y": mark[1], "mark": "failed target"}])
+        layers.append(alt.Chart(target).mark_point(filled=False, strokeWidth=3, color="#d62728").encode(
+            x=x, y=y, shape=shape, size=size,
+            tooltip=[alt.Tooltip("mark:N", title="what"), alt.Tooltip("x:Q"), alt.Tooltip("y:Q", title=view.plane)]))
     if not layers:
         layers.append(alt.Chart(pd.DataFrame([{"x": (x0 + x1) / 2, "y": (y0 + y1) / 2,
                                                "text": "no cells or positions recorded"}]))

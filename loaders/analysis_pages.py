@@ -17,6 +17,7 @@ import pandas as pd
 from loaders import paper_measures, paper_tables, provenance
 from loaders.inherited import is_inherited, locate
 from loaders.paper_measures import RADIUS, Retargeting
+from loaders.remote import run_identity
 from loaders.run import Run
 from loaders.run_pages import position_at, search_hits, search_text
 from mfm.schema import IndexRow, TurnRow
@@ -31,6 +32,15 @@ def seed_of(run: Run) -> int | None:
     """The run's world seed, or None where the run records none (a foreign export)."""
     seed = run.manifest.seed if run.manifest else None
     return None if seed is None else int(seed)
+
+
+def distinct(runs: Sequence[tuple[str, Run]]) -> list[tuple[str, Run]]:
+    """``runs`` with each run once (its first entry), however often and under whatever keys
+    it was named (``loaders.remote.run_identity``): no statistic counts a run twice."""
+    seen: dict[str, tuple[str, Run]] = {}
+    for key, run in runs:
+        seen.setdefault(run_identity(run.path), (key, run))
+    return list(seen.values())
 
 
 def method_key(name: str) -> tuple[int, str]:
@@ -55,9 +65,10 @@ def run_retargeting(run: Run, radius: float = RADIUS) -> Retargeting:
 
 
 def retarget_tables(runs: Sequence[tuple[str, Run]], radius: float = RADIUS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The A.4 statistics per run and per method (pooled over seeds), counts beside rates."""
+    """The A.4 statistics per run and per method (pooled over seeds, each run once), counts
+    beside rates."""
     per_run, pooled = [], {}
-    for key, run in runs:
+    for key, run in distinct(runs):
         r = run_retargeting(run, radius)
         method = method_of(run)
         per_run.append({"run": key, "method": method, "seed": seed_of(run), **_retarget_row(r)})
@@ -275,8 +286,8 @@ def milestone_curve(run: Run) -> pd.DataFrame:
 
 
 def measures(runs: Sequence[tuple[str, Run]]) -> list[paper_measures.RunMeasures]:
-    """:func:`loaders.paper_measures.measure` of every run with a manifest."""
-    return [paper_measures.measure(r) for _, r in runs if r.manifest is not None]
+    """:func:`loaders.paper_measures.measure` of every run with a manifest, each run once."""
+    return [paper_measures.measure(r) for _, r in distinct(runs) if r.manifest is not None]
 
 
 def milestone_summary(ms: Sequence[paper_measures.RunMeasures]) -> pd.DataFrame:

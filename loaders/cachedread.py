@@ -24,7 +24,7 @@ import pyarrow as pa
 import mfm.validate as core
 from loaders import fastread, tablecache
 from mfm.memory.packed import PACK
-from mfm.schema import CLOSED_STATUSES, TABLES, Problem, read_manifest
+from mfm.schema import CLOSED_STATUSES, TABLES, Problem, check_regular, read_manifest
 from mfm.validate import EpisodeRef, FileCheck, RunContents, TableRead, read_one_table
 
 FAST_TABLES = {"index.jsonl": (None, "id"), "steps.jsonl": ("step", None), "grid.jsonl": (None, None),
@@ -114,11 +114,21 @@ def read_one_table_fast(path: Path, name: str) -> TableRead:
 def _read_one(path: Path, name: str) -> tuple[TableRead, pa.Table | None]:
     """:func:`read_one_table_fast`, and the Arrow table behind the columns (fast path only)."""
     rtype = TABLES[name]
-    t = fastread.read_arrow(path, rtype, *FAST_TABLES[name]) if name in FAST_TABLES else None
+    t = fastread.read_arrow(path, rtype, *FAST_TABLES[name]) if name in FAST_TABLES and _regular(path) else None
     if t is not None:
         df = t.to_pandas()
         return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df), t
     return read_one_table(path, name), None
+
+
+def _regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file (a FIFO or device is left to the tolerant reader,
+    which reports it without opening it)."""
+    try:
+        check_regular(path, path.name)
+    except OSError:
+        return False
+    return True
 
 
 CACHE_MIN_BYTES = 16 * 1024

@@ -138,8 +138,8 @@ def exceed_intervals(bands: pd.DataFrame, method: str = "mfm",
 
 def progress(runs: RunList) -> SeedBands:
     """Milestones reached against env step, per method (a finished run keeps its final count)."""
-    bands = seed_bands([(ap.method_of(r), ap.seed_of(r), ap.milestone_curve(r)) for _, r in runs], "milestones",
-                       points=400, hold=True)
+    bands = seed_bands([(ap.method_of(r), ap.seed_of(r), ap.milestone_curve(r)) for _, r in ap.distinct(runs)],
+                       "milestones", points=400, hold=True)
     return SeedBands(bands, "milestones reached")
 
 
@@ -149,7 +149,8 @@ SHADE_LABEL = "MFM above PRO-LONG and VISTA"
 def steps_per_turn(runs: RunList, window: int = 25) -> SeedBands:
     """Rolling median env steps per turn over ``window`` turns, per method, shaded where MFM's
     mean exceeds both PRO-LONG's and VISTA's (paper Figure 9)."""
-    bands = seed_bands([(ap.method_of(r), ap.seed_of(r), ap.steps_per_turn(r, window)) for _, r in runs], "median")
+    bands = seed_bands([(ap.method_of(r), ap.seed_of(r), ap.steps_per_turn(r, window)) for _, r in ap.distinct(runs)],
+                       "median")
     return SeedBands(bands, f"env steps per turn (rolling median, {window} turns)",
                      tuple(exceed_intervals(bands)), SHADE_LABEL, {"window": window})
 

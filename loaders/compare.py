@@ -13,7 +13,8 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from loaders import open_runs, paper_tables
+from loaders import open_runs, paired, paper_tables
+from loaders.escape import md_code, md_text
 from loaders.paper_measures import RunMeasures, measure
 
 
@@ -28,16 +29,21 @@ def measures(root: Path, task: str | None = None) -> list[RunMeasures]:
 
 
 def report(root: Path, task: str | None = None) -> str:
-    """All tables, methods first, then the mfm ablations (with the full mfm for reference)."""
+    """All tables, methods first, then the mfm ablations (with the full mfm for reference), as
+    Markdown in which every text from a run shows literally (:mod:`loaders.escape`)."""
     ms = measures(root, task)
     if not ms:
         return ""
     budgets = sorted({m.budget for m in ms})
-    parts = [f"Runs under `{root}` ({len(ms)} runs; step budget {', '.join(map(str, budgets))}; "
+    parts = [f"Runs under {md_code(root)} ({len(ms)} runs; step budget {', '.join(map(str, budgets))}; "
              f"{date.today().isoformat()}).", ""]
-    not_done = [f"{m.name} ({m.status})" for m in ms if m.status != "finished"]
+    not_done = [f"{md_text(m.name)} ({md_text(m.status)})" for m in ms if m.status != "finished"]
     if not_done:
         parts += [f"Not finished: {', '.join(not_done)}.", ""]
+    for title, block in paired.sections(root, ms, task):
+        text = md_text(block) if isinstance(block, str) else \
+            paper_tables.to_markdown(block) if not block.empty else "(none)"
+        parts += [f"### {title}", "", text, ""]
     for _, title, table in paper_tables.tables(ms):
         parts += [f"### {title}", "", paper_tables.to_markdown(table), ""]
     if not any(name == "reach" for name, _, _ in paper_tables.tables(ms)):

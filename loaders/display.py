@@ -169,7 +169,7 @@ def run_html(run: Run) -> str:
                if (got_from := inherited_from(run)) else ""))
     facts = (f"steps {esc(s['steps'])} of {esc(s['budget'])} · lives {esc(s['lives'])} · deaths {esc(s['deaths'])}"
              f" · episodes {esc(s['episodes'])} · turns {len(run.records('turns.jsonl'))}"
-             f" · problems {esc(s['problems'])}")
+             f" · problems {len(run.problems)}")
     ms = milestones(run)
     got = sum(1 for r in ms if r["step"] is not None)
     return _wrap(f"<div>{head}</div><div class='mfm-muted'>{facts} · {esc(run.path)}</div>"

@@ -10,13 +10,15 @@ cause; it joins the row of the episode it ended, or stands alone when no episode
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from loaders.frame_compare import outline_tiles, tile_of_cell
+from loaders.frame_compare import TARGET_OUTLINE, outline_tiles, tile_of_cell
 from loaders.run import Run
+from loaders.run_pages import episode_holding
 from loaders.turns import position
 
 COLUMNS = ["episode", "life", "first_step", "last_step", "step", "action", "material", "target_x", "target_y",
@@ -101,48 +103,92 @@ def filter_failures(df: pd.DataFrame, actions: list[str] | None = None, material
     return df[keep].reset_index(drop=True)
 
 
+BACK_STEPS = 8
+"""How many steps before its episode a filmstrip reaches back by default (within the life)."""
+VITALS = ("health", "food", "drink", "energy")
+
+
 @dataclass(frozen=True)
 class StripFrame:
     """One frame of a filmstrip: its step, the player's cell, the target's tile in it (None:
-    no target, or outside the view) and its role (``before``: the last frame before the
-    failure step, ``after``: the frame of the failure step, else empty)."""
+    no target, or outside the view) and its role (``before``: the frame of the step before the
+    failure step, ``after``: the frame of the failure step, else empty). ``episode`` owns the
+    frame (an earlier one of the same life when the strip reaches back); ``vitals`` are the
+    step's health, food, drink and energy (empty: no trace row); ``damage`` what hurt the
+    player at that step, when recorded (``zombie −2``, or the death's cause)."""
 
     step: int
     position: tuple[int, int] | None
     target_tile: tuple[int, int] | None
     role: str
+    episode: str | None = None
+    life: int | None = None
+    vitals: dict = field(default_factory=dict)
+    damage: str | None = None
+
+    @property
+    def vitals_text(self) -> str:
+        """The vitals in words (``health 2 · food 8 · drink 8 · energy 9``), empty if unknown."""
+        return " · ".join(f"{k} {self.vitals[k]}" for k in VITALS if k in self.vitals)
 
 
-def filmstrip(run: Run, episode: str, target: tuple[int, int] | None, fail_step: int | None = None
-              ) -> list[StripFrame]:
-    """Every stored frame of an episode, oldest first, with the target tile and roles. The
-    failure happens at ``fail_step`` (default the episode's last step): its frame is ``after``
-    and the frame of the step before it, in the same life, ``before`` (for an episode with no
-    frame of its own, the previous step's frame is shown alone)."""
+def damage_at(run: Run, life: int) -> dict[int, str]:
+    """What hurt the player of ``life`` at each step where it is recorded: the grid's
+    ``hazard`` records with a cause (and the damage, when given), and the life's death."""
+    out: dict[int, list[str]] = {}
+    for g in run.records("grid.jsonl"):
+        if g.kind == "hazard" and g.life == life and g.cause and g.damage is not None:
+            out.setdefault(int(g.step), []).append(f"{g.cause} −{float(g.damage):g}")
+    for e in run.records("lives.jsonl"):
+        if e.event == "death" and e.life == life:
+            out.setdefault(int(e.step), []).append(f"died ({e.cause or 'unknown'})")
+    return {k: ", ".join(dict.fromkeys(v)) for k, v in out.items()}
+
+
+def filmstrip(run: Run, episode: str, target: tuple[int, int] | None, fail_step: int | None = None,
+              back: int = BACK_STEPS) -> list[StripFrame]:
+    """Every stored frame of an episode, oldest first, after the frames of up to ``back``
+    steps before it in the same life (they can hold what explains the failure: a zombie
+    closing in during the previous episode), each with the target tile, vitals, damage and
+    role. The failure happens at ``fail_step`` (default the episode's last step): the frame of
+    that step is ``after`` and the frame of the step before it ``before``, whichever episode
+    of the life holds them (an episode without frames of its own failed in the state of the
+    frame of its first step)."""
     ref = run.episode(episode)
     if ref is None:
         raise KeyError(f"{run.name}: no episode {episode}")
     fail = ref.last_step if fail_step is None else fail_step
-    steps = [ref.first_step + 1 + i for i in range(ref.frames)]
-    if not steps and ref.first_step >= 1:
-        prev = run.index.episode_at(ref.first_step)
-        if prev is not None and prev.life == ref.life and prev.frames:
-            steps = [ref.first_step]
+    first = max(1, ref.first_step + 1 - max(0, back))
+    last = ref.first_step + ref.frames
+    if not ref.frames:
+        first, last = min(first, ref.first_step), max(fail, ref.first_step)
+    held = {s: h for s in range(first, last + 1) if (h := episode_holding(run, s, ref.life)) is not None}
+    trace = run.steps()
+    rows = trace[(trace["life"] == ref.life) & (trace["step"] >= first) & (trace["step"] <= last)] \
+        if len(trace) else trace
+    by_step = {int(r["step"]): r for r in rows.to_dict("records")}
+    hurt = damage_at(run, ref.life)
     out = []
-    for s in steps:
+    for s in sorted(held):
         pos = position(run, s, ref.life)
         cell = (int(pos[0]), int(pos[1])) if pos else None
         tile = tile_of_cell(target, cell) if target is not None and cell is not None else None
-        role = "after" if s == fail and s > ref.first_step else "before" if s == fail - 1 or (
-            s == fail and s == ref.first_step) else ""
-        out.append(StripFrame(s, cell, tile, role))
+        role = "after" if s == fail else "before" if s == fail - 1 else ""
+        r = by_step.get(s)
+        vit = {k: int(r[k]) for k in VITALS if r is not None and k in r and not pd.isna(r[k])}
+        out.append(StripFrame(s, cell, tile, role, held[s].id, ref.life, vit, hurt.get(s)))
+    if not any(f.role == "after" for f in out):
+        out = [replace(f, role="") if f.role == "before" else f for f in out]
+        if out and out[-1].step <= fail:
+            out[-1] = replace(out[-1], role="before")
     return out
 
 
 def strip_image(frame: np.ndarray, sf: StripFrame, factor: int = 3) -> np.ndarray:
-    """A filmstrip frame enlarged ``factor`` times with its target tile outlined (yellow,
-    ``factor // 2`` pixels wide)."""
-    return outline_tiles(frame, [sf.target_tile] if sf.target_tile else [], factor=factor, width=max(1, factor // 2))
+    """A filmstrip frame enlarged ``factor`` times with its target tile outlined (cyan, as a
+    target on the Turns page, ``factor // 2`` pixels wide)."""
+    return outline_tiles(frame, [sf.target_tile] if sf.target_tile else [], TARGET_OUTLINE, factor=factor,
+                         width=max(1, factor // 2))
 
 
 def around(strip: list[StripFrame]) -> tuple[int | None, int | None]:
@@ -150,3 +196,33 @@ def around(strip: list[StripFrame]) -> tuple[int | None, int | None]:
     before = next((f.step for f in strip if f.role == "before"), None)
     after = next((f.step for f in strip if f.role == "after"), None)
     return before, after
+
+
+def known_values(text: str | None, options: list, sep: str = ",", cast: Callable[[str], Any] = str
+                 ) -> tuple[list, list[str]]:
+    """A ``sep``-separated URL value read against the values a filter offers: ``(kept,
+    dropped)``, ``kept`` the options it names (in its order, each once), ``dropped`` the parts,
+    as written, that are unreadable by ``cast`` or name no option (a page says so)."""
+    kept: list = []
+    dropped: list[str] = []
+    for part in (p.strip() for p in (text or "").split(sep)):
+        if not part:
+            continue
+        try:
+            value = cast(part)
+        except ValueError:
+            dropped.append(part)
+            continue
+        if value in options:
+            if value not in kept:
+                kept.append(value)
+        else:
+            dropped.append(part)
+    return kept, dropped
+
+
+def failure_cell(run: Run, row: pd.Series | dict) -> tuple[int, int] | None:
+    """Where the player of a failure's life stood at its failure step (``step``, ``life`` of a
+    :func:`failures` row): the cell the Spatial grid opens on. None when not recorded."""
+    pos = position(run, int(row["step"]), int(row["life"]))
+    return (int(pos[0]), int(pos[1])) if pos else None

@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from mfm.schema import MAX_COORD, MAX_DEPTH, MAX_LINE_BYTES, TOOLS, IndexRow, Record, TurnRow, nesting
+from mfm.schema import (MAX_COORD, MAX_DEPTH, MAX_EPISODE_FRAMES, MAX_LINE_BYTES, TOOLS, IndexRow, Record, TurnRow,
+                        nesting)
 
 MIN_BYTES = 256 * 1024
 """Smaller files are read faster line by line than by starting a DuckDB query."""
@@ -103,7 +104,8 @@ def _index_check(t: pa.Table) -> bool:
                                         False)).as_py()
             and pc.all(pc.greater_equal(t.column("last_step"), t.column("first_step"))).as_py()
             and pc.all(pc.less_equal(t.column("frames"), pc.subtract(t.column("last_step"),
-                                                                      t.column("first_step")))).as_py())
+                                                                      t.column("first_step")))).as_py()
+            and pc.all(pc.less_equal(t.column("frames"), MAX_EPISODE_FRAMES)).as_py())
 
 
 def _target_ok(axis: str) -> str:

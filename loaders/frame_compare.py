@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from PIL import Image, ImageDraw
 
 from loaders.run_pages import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 
@@ -32,6 +33,11 @@ FIND_OUTLINE = (255, 220, 0)
 """Outline of a decoded tile (yellow)."""
 TARGET_OUTLINE = (0, 230, 255)
 """Outline of a tile on a cell the turn chose as a target (cyan)."""
+TURN_LEGEND = ((TARGET_OUTLINE, "cyan: a decoded tile on a cell the turn chose as a target"),
+               (FIND_OUTLINE, "yellow: any other tile the inspection decoded"))
+"""What the outlines on inspected frames mean (Turns, Retargeting)."""
+FAILURE_LEGEND = ((TARGET_OUTLINE, "cyan: the tile of the failed action's target cell"),)
+"""What the outline on a failure's filmstrip means (Failures)."""
 OUTSIDE = (40, 40, 40)
 
 
@@ -154,3 +160,26 @@ def outline_groups(frame: np.ndarray, groups: list[tuple[list[tuple[int, int]], 
         big[y0:y1, x0:x0 + w] = color
         big[y0:y1, x1 - w:x1] = color
     return big
+
+
+def legend_text(items: tuple[tuple[tuple[int, int, int], str], ...]) -> str:
+    """A legend of outline colours in words: each entry with its RGB value."""
+    return "Outlines: " + "; ".join(f"{label} (RGB {c[0]}, {c[1]}, {c[2]})" for c, label in items) + "."
+
+
+def legend_image(items: tuple[tuple[tuple[int, int, int], str], ...], tile: int = 21, width: int = 3) -> np.ndarray:
+    """A legend of outline colours as an image: per entry a grey tile outlined as on the
+    frames (``width`` pixels, ``tile`` pixels square) and its label, one entry per row."""
+    font = ImageDraw.ImageDraw(Image.new("RGB", (1, 1))).font
+    rows = max(1, len(items))
+    side = max((int(ImageDraw.Draw(Image.new("RGB", (1, 1))).textlength(label, font=font)) for _, label in items),
+               default=0)
+    img = Image.new("RGB", (tile + 12 + side + 8, rows * (tile + 6) + 2), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    for i, (color, label) in enumerate(items):
+        y = 2 + i * (tile + 6)
+        draw.rectangle([0, y, tile - 1, y + tile - 1], fill=(120, 120, 120))
+        for k in range(width):
+            draw.rectangle([k, y + k, tile - 1 - k, y + tile - 1 - k], outline=tuple(color))
+        draw.text((tile + 8, y + tile // 2), label, fill=(20, 20, 20), font=font, anchor="lm")
+    return np.asarray(img)

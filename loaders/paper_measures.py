@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from loaders.remote import run_identity
 from mfm.memory import AgentMemory, ContentIndex
 from mfm.memory.consolidation import GUIDE
 from mfm.schema import INHERITED, IndexRow, RunManifest, TurnRow
@@ -200,6 +201,13 @@ class RunMeasures:
     inherited: dict | None = None
     """What the run inherited (``run.json``'s ``config.inherited``) and whether that memory
     held its target (:func:`target_in_memory`); None for a run that inherited nothing."""
+    base: str = ""
+    """The method without its ablations (``run.json``'s ``method``)."""
+    ablations: tuple[str, ...] = ()
+    """The ablations the run switched on (``mfm no-frames``: ``("no-frames",)``)."""
+    identity: str = ""
+    """Which run this is however it was named (``loaders.remote.run_identity``; empty: not
+    known): the tables count each run once."""
 
     @property
     def steps_per_turn(self) -> float:
@@ -219,7 +227,8 @@ def measure(run: Any) -> RunMeasures:
     deaths = sum(1 for e in lives if e.event == "death")
     recalls = recall_provenance(list((m.config.get("agent_summary") or {}).get("recalls") or []), turns)
     return RunMeasures(
-        name=run.name, task=m.task, method=label(m), seed=m.seed,
+        name=run.name, task=m.task, method=label(m), seed=m.seed, base=m.method, ablations=tuple(m.ablations),
+        identity=run_identity(run.path) if isinstance(getattr(run, "path", None), Path) else "",
         milestones=sum(1 for n in m.milestone_order if n in m.milestones), of=len(m.milestone_order),
         steps=m.last_step, budget=m.step_budget, status=m.status, turns=len(turns),
         tool_calls=sum(by_tool.values()), calls_by_tool=by_tool, deaths=deaths,
@@ -316,7 +325,8 @@ def retarget_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
     rows = []
     for method, group in _by_method(ms):
         r = sum((x.retarget for x in group), Retargeting())
-        rows.append({"method": method, "inspect_turns": r.inspect_turns, "inspect_retarget_rate": r.inspect_rate,
+        rows.append({"method": method, "seeds": len(group), "inspect_turns": r.inspect_turns,
+                     "inspect_retarget_rate": r.inspect_rate,
                      "other_turns": r.other_turns, "other_retarget_rate": r.other_rate,
                      "new_targets": r.new_targets, "near": r.near,
                      "near_rate": r.near / r.new_targets if r.new_targets else float("nan"),
@@ -484,8 +494,13 @@ ORDER = ("direct", "pro-long", "vista", "mfm")
 
 
 def _by_method(ms: Sequence[RunMeasures]) -> list[tuple[str, list[RunMeasures]]]:
+    """The measures per method, in the paper's order, each run once (by ``identity``)."""
     groups: dict[str, list[RunMeasures]] = {}
+    seen: set[str] = set()
     for r in ms:
+        if r.identity and r.identity in seen:
+            continue
+        seen.add(r.identity)
         groups.setdefault(r.method, []).append(r)
 
     def key(name: str) -> tuple[int, str]:

@@ -8,12 +8,12 @@ and CSV (``mfm figures``, beside the figures). The numbers come from
 from __future__ import annotations
 
 import math
-import re
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from loaders.escape import latex_label, latex_text, md_text
 from loaders.paper_measures import RADIUS, RunMeasures, inherit_table, interaction_table, milestone_table, \
     reach_success_table, reach_table, retarget_table, seed_label
 
@@ -54,9 +54,8 @@ def retargeting(ms: Sequence[RunMeasures]) -> pd.DataFrame:
     t = retarget_table(ms)
     if t.empty:
         return pd.DataFrame()
-    seeds = {m: sum(1 for r in ms if r.method == m) for m in t["method"]}
     return pd.DataFrame({
-        "method": t["method"], "seeds": [seeds[m] for m in t["method"]],
+        "method": t["method"], "seeds": t["seeds"],
         "retarget rate, inspecting turns": [_of(r, n, "turns") for r, n in zip(t["inspect_retarget_rate"],
                                                                              t["inspect_turns"])],
         "retarget rate, other turns": [_of(r, n, "turns") for r, n in zip(t["other_retarget_rate"], t["other_turns"])],
@@ -136,42 +135,37 @@ def inherited_memory(ms: Sequence[RunMeasures]) -> pd.DataFrame:
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    """A Markdown table (pipes in cells escaped)."""
-    def cell(v: object) -> str:
-        return str(v).replace("|", "\\|")
-
-    head = "| " + " | ".join(map(cell, df.columns)) + " |"
+    """A Markdown table whose cells show their text literally (:func:`loaders.escape.md_text`:
+    no raw HTML, link, image or emphasis; pipes and line breaks cannot break a row)."""
+    head = "| " + " | ".join(map(md_text, df.columns)) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    return "\n".join([head, rule] + ["| " + " | ".join(map(cell, row)) + " |" for row in df.itertuples(index=False)])
+    return "\n".join([head, rule] + ["| " + " | ".join(map(md_text, row)) + " |"
+                                     for row in df.itertuples(index=False)])
 
 
-_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-          "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "≈": r"$\approx$"}
-_LATEX_RE = re.compile("|".join(re.escape(k) for k in _LATEX))
-
-
-def latex_escape(text: object) -> str:
-    """Text as LaTeX source that prints it literally."""
-    return _LATEX_RE.sub(lambda m: _LATEX[m.group(0)], str(text))
+latex_escape = latex_text
+"""Text as LaTeX source that prints it literally (:func:`loaders.escape.latex_text`)."""
 
 
 def to_latex(df: pd.DataFrame, caption: str, label: str) -> str:
     """A ``table`` with a booktabs ``tabular`` (needs ``\\usepackage{booktabs}``): numbers and
-    counts right-aligned, text left-aligned, every cell escaped."""
-    align = "".join("r" if pd.api.types.is_numeric_dtype(df[c]) else "l" for c in df.columns)
-    rows = [" & ".join(latex_escape(v) for v in row) + r" \\" for row in df.itertuples(index=False)]
+    counts right-aligned, text left-aligned; the caption and every cell escaped
+    (:func:`loaders.escape.latex_text`), the label reduced to a safe key
+    (:func:`loaders.escape.latex_label`)."""
+    align = "".join("r" if pd.api.types.is_numeric_dtype(df[c]) else "l" for c in df.columns) or "l"
+    rows = [" & ".join(latex_text(v) for v in row) + r" \\" for row in df.itertuples(index=False)]
     return "\n".join([r"\begin{table}[t]", r"\centering", r"\small",
-                      rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
+                      rf"\caption{{{latex_text(caption)}}}", rf"\label{{{latex_label(label)}}}",
                       rf"\begin{{tabular}}{{{align}}}", r"\toprule",
-                      " & ".join(latex_escape(c) for c in df.columns) + r" \\", r"\midrule", *rows,
+                      " & ".join(latex_text(c) for c in df.columns) + r" \\", r"\midrule", *rows,
                       r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
 
 
 def tables(ms: Sequence[RunMeasures]) -> list[tuple[str, str, pd.DataFrame]]:
     """Every table that has rows, as ``(name, title, table)``: methods first, then the mfm
     ablations (with the full mfm for reference) when there are any."""
-    base = [m for m in ms if " " not in m.method]
-    abl = [m for m in ms if m.method.startswith("mfm")]
+    base = [m for m in ms if not m.ablations]
+    abl = [m for m in ms if m.base == "mfm"]
     out = [("milestones", "Milestones reached, per method (paper Table 2)", milestones(base)),
            ("ablations", "Milestones reached, mfm ablations (paper Table 4)",
             milestones(abl) if len({m.method for m in abl}) > 1 else pd.DataFrame()),

@@ -18,20 +18,21 @@ import threading
 import time
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import duckdb
 import numpy as np
 import pandas as pd
 
 from loaders.formats import detect, source_for
-from loaders.remote import is_mirrored, mirror_root, mirrored_url, sync_run
+from loaders.remote import is_mirrored, mirror_root, mirrored_url, run_identity, sync_run
 from loaders.sources import DirSource, Source
 from loaders.usersql import duckdb_config
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError
 from mfm.objectstore import is_url
-from mfm.schema import MANIFEST, TABLES, IndexRow, LifeEvent, Problem, RunManifest, read_manifest, read_table
+from mfm.schema import (MANIFEST, TABLES, IndexRow, LifeEvent, Problem, RunManifest, open_file, read_manifest,
+                        read_table)
 from mfm.validate import LAZY_TABLES, RunContents, read_lazy_table
 
 STALE_SECONDS = 300
@@ -331,7 +332,7 @@ class Run:
 def _count_lines(path: Path) -> int:
     """Complete lines of a file, without parsing them."""
     try:
-        with open(path, "rb") as f:
+        with open_file(path, path.name) as f:
             return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
     except OSError:
         return 0
@@ -400,9 +401,16 @@ def find_runs(root: str | Path, max_depth: int = 6) -> list[Path]:
     return found
 
 
-def open_runs(root: str | Path) -> list[Run]:
-    """Open every run under ``root``."""
-    return [open_run(p) for p in find_runs(root)]
+def open_runs(root: str | Path | Sequence[str | Path]) -> list[Run]:
+    """Open every run under ``root`` (or under each of several runs roots and runs), each
+    run once however it was named (``run_identity``: ``x``, ``./x``, ``x/``, a symlink to
+    ``x``, ``s3://b/root/`` and ``s3://b/root``), in the order first found."""
+    places = [root] if isinstance(root, (str, Path)) else list(root)
+    found: dict[str, Path] = {}
+    for place in places:
+        for p in find_runs(place):
+            found.setdefault(run_identity(p), p)
+    return [open_run(p) for p in found.values()]
 
 
 def runs_table(runs: list[Run]) -> pd.DataFrame:

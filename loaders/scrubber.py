@@ -112,13 +112,15 @@ class LifeFrames:
         return self.run.frame(self.steps[index])
 
 
-def episode_scrub(run: Run, episode: str) -> tuple[int, list[str], list[list[str]]]:
+def episode_scrub(run: Run, episode: str, back: int = 0) -> tuple[int, list[str], list[list[str]]]:
     """What the dashboard's frame scrubber (``dashboard.scrubber``) sends for one episode:
-    :func:`steps_scrub` over the steps of its frames (nothing for an episode without)."""
+    :func:`steps_scrub` over the steps of its frames, from ``back`` steps before it in the same
+    life (the frames that led to it, of the episodes before; nothing for an episode without
+    frames of its own)."""
     ref = run.episode(episode)
     if ref is None or not ref.frames:
         return 0, [], []
-    return steps_scrub(run, ref.first_step + 1, ref.first_step + ref.frames, ref.life)
+    return steps_scrub(run, max(1, ref.first_step + 1 - max(0, back)), ref.first_step + ref.frames, ref.life)
 
 
 def steps_scrub(run: Run, lo: int, hi: int, life: int) -> tuple[int, list[str], list[list[str]]]:
@@ -134,7 +136,7 @@ def steps_scrub(run: Run, lo: int, hi: int, life: int) -> tuple[int, list[str], 
                     and t.first_step < hi), key=lambda t: t.first_step)
     held = {s for r in run.index.rows if r.life == life and r.frames and r.first_step < hi
             and r.first_step + r.frames >= lo for s in range(r.first_step + 1, r.first_step + r.frames + 1)}
-    start = next((s for s in range(lo, hi + 1) if s in held), None)
+    start = min((s for s in held if lo <= s <= hi), default=None)
     uris: list[str] = []
     captions: list[list[str]] = []
     if start is None:

@@ -64,9 +64,12 @@ class DirSource:
     def contents(self) -> RunContents:
         c = cachedread.validate(self.path, cache=True, lazy=True)
         if self.format == "mfm-original" and c.tables:
+            refused = [p for p in c.problems if p.file == "run.json" and p.message.startswith("not a regular file")]
             c.problems = [p for p in c.problems if p.file != "run.json"]
-            c.problems.insert(0, Problem("run.json", 0, "missing: read as an original MFM run directory; "
-                                                        "the manifest is inferred from index.jsonl", "warning"))
+            c.problems.insert(0, Problem("run.json", 0, f"{refused[0].message}; the manifest is inferred from "
+                                                        "index.jsonl") if refused else
+                              Problem("run.json", 0, "missing: read as an original MFM run directory; "
+                                                     "the manifest is inferred from index.jsonl", "warning"))
             rows = c.tables["index.jsonl"]
             c.manifest = inferred_manifest(self.path.name, "minecraft" if any(r.z is not None for r in rows)
                                            else "unknown", rows, method="mfm")

@@ -21,6 +21,7 @@ from loaders import run_pages
 from loaders.frame_compare import tile_of_cell
 from loaders.inherited import is_inherited, locate, origin
 from loaders.paper_measures import RADIUS, inspected
+from loaders.provenance import held_writes
 from loaders.run import Run
 from mfm.memory.agent_memory import replay
 from mfm.schema import IndexRow, MemoryWrite, TurnRow
@@ -79,6 +80,15 @@ class WriteView:
     diff: str
     added: tuple[str, ...]
     removed: tuple[str, ...]
+    holds_from: int | None = None
+    before: str = ""
+    after: str = ""
+
+    @property
+    def as_of(self) -> int:
+        """The step from which the write holds (:func:`loaders.provenance.holds_from`: a plan
+        update holds from the first step of the turn that decided it), else its own step."""
+        return self.step if self.holds_from is None else self.holds_from
 
 
 @dataclass(frozen=True)
@@ -294,8 +304,9 @@ def plan_diff(before: tuple[dict, ...], after: tuple[dict, ...]) -> tuple[PlanLi
     return tuple(out)
 
 
-def write_view(w: MemoryWrite, before: str | None, after: str | None) -> WriteView:
-    """A logged write with the unified diff of its file."""
+def write_view(w: MemoryWrite, before: str | None, after: str | None, holds_from: int | None = None) -> WriteView:
+    """A logged write with the unified diff of its file; ``holds_from``: the step from which
+    it holds, when not its own."""
     a = (before or "").splitlines(keepends=True)
     b = (after or "").splitlines(keepends=True)
     diff = "".join(difflib.unified_diff(a, b, fromfile=f"{w.path} before write {w.seq}",
@@ -306,16 +317,75 @@ def write_view(w: MemoryWrite, before: str | None, after: str | None) -> WriteVi
             removed += [x.rstrip("\n") for x in a[i1:i2]]
             added += [x.rstrip("\n") for x in b[j1:j2]]
     return WriteView(w.seq, w.path, w.op, w.author, w.reason, w.step, tuple(w.sources), diff, tuple(added),
-                     tuple(removed))
+                     tuple(removed), holds_from, before or "", after or "")
 
 
 def turn_writes(run: Run, turn: int) -> list[WriteView]:
-    """The logged writes of one turn with their diffs, in log order."""
+    """The logged writes of one turn with their diffs and the step each holds from, in log order."""
+    held = {w.seq: w.step for w in held_writes(run)}
     out = []
     for v in replay(run.records("memory_writes.jsonl")):
         if v.write.turn == turn:
-            out.append(write_view(v.write, v.before, v.after))
+            out.append(write_view(v.write, v.before, v.after, held.get(v.write.seq)))
     return out
+
+
+DIFF_COLUMNS = ["change", "old", "new", "text"]
+"""The columns of :func:`line_diff`: ``change`` (``added``, ``removed``, ``unchanged``, or
+``…`` for a run of unchanged lines left out), the line's number in the old and in the new
+text (missing where it has none), and the line itself, as written."""
+
+
+def line_diff(old: str, new: str, context: int = 3) -> pd.DataFrame:
+    """The lines that differ between two texts, each with ``context`` unchanged lines around
+    it, one row per line with its kind of change named in words (:data:`DIFF_COLUMNS`).
+
+    A unified diff marks an unchanged line with a leading space, so an unchanged Markdown
+    bullet (``- item``) reads `` - item``, like a deletion; here the kind is a column of its
+    own and the text is never prefixed."""
+    a, b = old.splitlines(), new.splitlines()
+    rows: list[tuple[str, int | None, int | None, str]] = []
+    done = 0
+    for group in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_grouped_opcodes(context):
+        if group[0][1] > done:
+            rows.append(("…", None, None, f"{group[0][1] - done} unchanged line(s) left out"))
+        done = group[-1][2]
+        for op, i1, i2, j1, j2 in group:
+            if op == "equal":
+                rows += [("unchanged", i + 1, j1 + i - i1 + 1, a[i]) for i in range(i1, i2)]
+                continue
+            rows += [("removed", i + 1, None, a[i]) for i in range(i1, i2)]
+            rows += [("added", None, j + 1, b[j]) for j in range(j1, j2)]
+    if rows and done < len(a):
+        rows.append(("…", None, None, f"{len(a) - done} unchanged line(s) left out"))
+    df = pd.DataFrame(rows, columns=DIFF_COLUMNS)
+    for c in ("old", "new"):
+        df[c] = df[c].astype("Int64")
+    return df
+
+
+DIFF_COLORS = {"added": "#dff5e1", "removed": "#fbe0e0", "…": "#f0f0f0"}
+"""Row backgrounds of a :func:`line_diff` table by kind of change (unchanged rows: none)."""
+DIFF_CONFIG = {"old": "old line", "new": "new line", "text": "line"}
+"""Column headers of a :func:`line_diff` table as shown."""
+
+
+def styled_diff(rows: pd.DataFrame) -> Any:
+    """A :func:`line_diff` table with each row's background by its kind of change
+    (:data:`DIFF_COLORS`), as a pandas Styler."""
+    def paint(row: pd.Series) -> list[str]:
+        color = DIFF_COLORS.get(str(row["change"]))
+        return [f"background-color: {color}" if color else ""] * len(row)
+
+    return rows.style.apply(paint, axis=1)
+
+
+def turn_steps(first: int, last: int) -> str:
+    """A turn's env steps in words, as its frame scrubber counts them: it decides at step
+    ``first`` (the frame it had) and acts at steps ``first + 1 .. last``."""
+    if last <= first:
+        return f"no env step (decided at step {first})"
+    return f"steps {first + 1}–{last} (decided at step {first})"
 
 
 def _int(v: Any) -> int | None:
@@ -468,11 +538,13 @@ def turn_view(run: Run, turn: int, radius: float = RADIUS) -> TurnView | None:
                     cost, tokens, other)
 
 
-def find_caption(finds: tuple[Find, ...], targets: set[tuple[float, float]], per_name: int = 3) -> str:
+def find_caption(finds: tuple[Find, ...], targets: set[tuple[float, float]], per_name: int = 3,
+                 tiles: bool = True) -> str:
     """The finds of one frame in words: finds on a target cell first (``[target]``), then per
-    name each find with its tile, or a count when a name has more than ``per_name``."""
+    name each find (with its tile when ``tiles``), or a count when a name has more than
+    ``per_name``."""
     def one(f: Find) -> str:
-        return f"{f.name} ({f.x}, {f.y})" + (f" at tile {f.tile}" if f.tile else "")
+        return f"{f.name} ({f.x}, {f.y})" + (f" at tile {f.tile}" if f.tile and tiles else "")
 
     on_target = [f for f in finds if (f.x, f.y) in targets]
     parts = [one(f) + " [target]" for f in on_target]
@@ -532,3 +604,110 @@ def turn_at(run: Run, step: int, life: int | None = None) -> int | None:
             if best is None or t.first_step > best.first_step:
                 best = t
     return best.turn if best else None
+
+
+@dataclass(frozen=True)
+class InspectedShot:
+    """The one frame shown for an episode a turn inspected, and why that one.
+
+    ``step`` is the frame that showed a new target of the turn (the one showing most of them,
+    the earliest of equals); else one that showed a target already in the plan; else the
+    decoded frame with the most finds; else the last frame decoded (the inspection's first
+    look); None when no frame of it was decoded (then its end observation is shown). ``finds``
+    holds every find of the episode's inspections in the turn, ``shown`` those of the frame
+    shown; ``on_target`` the shown finds on a target cell (outlined cyan, the rest yellow)."""
+
+    episode: str
+    label: str
+    origin: str | None
+    step: int | None
+    why: str
+    finds: tuple[Find, ...]
+    shown: tuple[Find, ...]
+    on_target: tuple[Find, ...]
+    decoded: int
+    targets: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def shows_new_target(self) -> bool:
+        """Whether the frame shown is one that showed a new target."""
+        return self.why.startswith("showed the new target")
+
+
+def _named(finds: tuple[Find, ...] | list[Find]) -> str:
+    return ", ".join(dict.fromkeys(f"{f.name} ({f.x}, {f.y})" for f in finds))
+
+
+def inspection_shots(view: TurnView) -> tuple[InspectedShot, ...]:
+    """One :class:`InspectedShot` per episode the turn inspected, in the order first inspected
+    (an episode inspected twice is shown once, with the finds of both)."""
+    new = {(t.x, t.y) for t in view.targets if t.new}
+    planned = {(t.x, t.y) for t in view.targets} - new
+    calls: dict[str, list[CallView]] = {}
+    for c in view.calls:
+        if c.tool == "inspect" and c.episode:
+            calls.setdefault(c.episode, []).append(c)
+    out = []
+    for ep, group in calls.items():
+        frames: dict[int, list[Find]] = {}
+        for c in group:
+            for fr in c.frames:
+                frames.setdefault(fr.step, [])
+                frames[fr.step] += [f for f in fr.finds if f not in frames[fr.step]]
+        finds = tuple(dict.fromkeys(f for c in group for f in c.finds))
+
+        def on(cells: set, step: int) -> list[Find]:
+            return [f for f in frames[step] if (f.x, f.y) in cells]
+
+        order = sorted(frames)
+        new_hits = [s for s in order if on(new, s)]
+        plan_hits = [s for s in order if on(planned, s)]
+        found = [s for s in order if frames[s]]
+        if new_hits:
+            step = max(new_hits, key=lambda s: (len(on(new, s)), -s))
+            why = f"showed the new target {_named(on(new, step))}"
+        elif plan_hits:
+            step = max(plan_hits, key=lambda s: (len(on(planned, s)), -s))
+            why = f"showed a target already in the plan, {_named(on(planned, step))}"
+        elif found:
+            step = max(found, key=lambda s: (len(frames[s]), -s))
+            why = f"most finds of the frames decoded ({len(frames[step])})"
+        elif order:
+            step, why = order[-1], "nothing wanted in any frame decoded; the last frame, looked at first"
+        else:
+            step, why = None, "no frame decoded; the episode's end observation"
+        shown = tuple(frames.get(step, ())) if step is not None else ()
+        out.append(InspectedShot(ep, group[0].episode_label, group[0].origin, step, why, finds, shown,
+                                 tuple(f for f in shown if (f.x, f.y) in new | planned), len(order),
+                                 tuple(sorted(new | planned))))
+    return tuple(out)
+
+
+def shots_table(shots: tuple[InspectedShot, ...], inspections: list[dict] | None = None) -> pd.DataFrame:
+    """The inspected episodes as a table: ``episode, found, frame, why this frame, life, x, y,
+    counted``
+    (``frame``: the step of the frame shown; ``found``: every find of the episode, those on a
+    target cell first, :func:`find_caption`; ``life, x, y, counted`` from the retarget audit's
+    ``inspections`` when given: its life, recorded position, and whether §A.4 counts it)."""
+    meta = {str(i.get("episode")): i for i in reversed(inspections or [])}
+    rows = []
+    for s in shots:
+        m = meta.get(s.episode, {})
+        found = find_caption(s.finds, set(s.targets), tiles=False) or "nothing wanted"
+        rows.append({"episode": s.label, "found": found, "frame": s.step, "why this frame": s.why, "life": m.get("life"),
+                     "x": m.get("x"), "y": m.get("y"), "counted": m.get("counted")})
+    df = pd.DataFrame(rows, columns=["episode", "found", "frame", "why this frame", "life", "x", "y", "counted"])
+    for c in ("frame", "life"):
+        df[c] = df[c].astype("Int64")
+    return df
+
+
+SHOTS_PER_PAGE = 4
+"""Inspected episodes shown side by side at once (beside the frame the agent had)."""
+
+
+def shot_pages(count: int, per_page: int | None = None) -> list[tuple[int, int]]:
+    """``count`` items cut into pages of ``per_page`` (default :data:`SHOTS_PER_PAGE`): each
+    page's ``(first, end)`` indices, end excluded; none for no item."""
+    size = max(1, per_page or SHOTS_PER_PAGE)
+    return [(i, min(count, i + size)) for i in range(0, count, size)]

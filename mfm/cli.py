@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
-import subprocess
 import sys
 from importlib.util import find_spec
 from pathlib import Path
@@ -62,6 +62,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             except (OSError, ValueError) as e:
                 print(f"mfm validate: {e}", file=sys.stderr)
                 return 2
+        elif not Path(run).is_dir():
+            print(f"mfm validate: {run}: {'not a folder' if Path(run).exists() else 'no such folder'}",
+                  file=sys.stderr)
+            worst = 2
+            continue
         else:
             c = validate(Path(run), frames=args.frames)
         errors = len(c.errors)
@@ -78,6 +83,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_pack(args: argparse.Namespace) -> int:
     """Pack (or ``--unpack``) each closed run's episodes into ``episodes.zip``; 1 if any run
     could not be."""
+    from mfm.boundary import UnsafePath
     from mfm.memory.packed import PackError, pack_run, unpack_run
 
     worst = 0
@@ -90,7 +96,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
         before = _allocated(path)
         try:
             report = unpack_run(path) if args.unpack else pack_run(path)
-        except (PackError, OSError) as e:
+        except (PackError, UnsafePath, OSError) as e:
             print(f"mfm pack: {run}: {e}", file=sys.stderr)
             worst = 1
             continue
@@ -116,7 +122,8 @@ def _allocated(path: Path) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    """Start the Streamlit dashboard on a runs root."""
+    """Start the Streamlit dashboard on a runs root, on ``--host`` (this machine only unless told
+    otherwise), in a process group of its own that is stopped whole when this command is."""
     if missing_store("dashboard", args.root):
         return 2
     if missing_extra("dashboard", "dashboard"):
@@ -126,7 +133,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         import dashboard
 
         app = Path(dashboard.__file__).resolve().parent / "app.py"
-    root = args.root if is_url(args.root) else Path(args.root).resolve()
+    if args.samples and args.root is not None:
+        print("mfm dashboard: give a runs root or --samples, not both", file=sys.stderr)
+        return 2
+    if args.samples:
+        root: Path | str = _sample_runs()
+    elif args.root is None and not Path("sample_runs").is_dir():
+        print("mfm dashboard: no runs root given and no sample_runs/ here: name a folder of runs "
+              "(mfm dashboard RUNS_ROOT), or --samples to make the sample runs once and show them", file=sys.stderr)
+        return 2
+    else:
+        root = args.root if is_url(args.root) else Path(args.root or "sample_runs").resolve()
     if is_url(root):
         from loaders.run import find_runs
 
@@ -139,11 +156,41 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"mfm dashboard: runs root {root} is not a folder", file=sys.stderr)
         return 2
     cmd = [sys.executable, "-m", "dashboard.serve", *(["--no-warm"] if args.no_warm else []), str(app),
-           "--server.port", str(args.port),
+           "--server.port", str(args.port), "--server.address", args.host,
            "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--client.showErrorDetails", "type", "--", "--root", str(root)]
     env = dict(os.environ, MFM_RUNS_ROOT=str(root))
-    return subprocess.call(cmd, env=env)
+    from dashboard.serve import supervise
+
+    return supervise(cmd, env)
+
+
+def _sample_runs() -> Path:
+    """The sample runs of this version in the user cache, played once (``mfm.samples``; the
+    same bytes as the repository's sample_runs/) and kept there."""
+    from mfm import __version__
+    from mfm.objectstore import cache_root
+    from mfm.samples import generate
+
+    root = cache_root() / "samples" / __version__
+    done = root / ".complete"
+    if not done.is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        print(f"mfm dashboard: making the sample runs in {root} (once)", file=sys.stderr)
+        generate(root)
+        done.write_text("the sample runs of mfm " + __version__ + "\n", encoding="utf-8")
+    return root
+
+
+def _port(text: str) -> int:
+    """A TCP port number from the command line (argparse's error otherwise)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, not {port}")
+    return port
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -207,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mfm.agent.config import LLMConfig
     from mfm.agent.llm import LLMUnavailable
     from mfm.memory.appendlog import WriteError
-    from mfm.memory.inheritance import InheritError
+    from mfm.memory.inheritance import InheritError, InheritFailed
 
     try:
         llm = None
@@ -238,10 +285,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (StoreError, OSError) as e:
             print(f"mfm run: {e}", file=sys.stderr)
             return 2
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        print(f"mfm run: {out} {'already holds files' if out.is_dir() else 'is a file'}: a run is never written "
+              "over another; choose another --out", file=sys.stderr)
+        return 2
     config = dataclasses.replace(config, out=upload.local if upload else out)
     argv = ["mfm", *sys.argv[1:]] if args.command_argv is None else args.command_argv
     try:
         runner = Runner(config, command=command_line(argv), progress=not args.quiet)
+    except InheritFailed as e:
+        print(f"mfm run: {e}", file=sys.stderr)
+        return 1
     except (LLMUnavailable, InheritError) as e:
         print(f"mfm run: {e}", file=sys.stderr)
         return 2
@@ -308,22 +362,27 @@ def _csv(text: str) -> list[str]:
 
 
 def _screened(task: str, seeds: list[int], area: int | None = None) -> list[int]:
-    """The seeds a reach task's screen keeps (:func:`mfm.envs.reach.screen`); each one dropped
-    is printed with its reason, then the count."""
+    """The seeds a reach task's screen keeps (:func:`mfm.envs.reach.screen`, with the iron
+    :func:`mfm.envs.reach.iron_needed` asks for); each one dropped is printed with its reason,
+    then the counts (all dropped, and those dropped for too little iron)."""
     from mfm.envs import load_task
-    from mfm.envs.reach import screen
+    from mfm.envs.reach import iron_needed, screen
 
-    reach = load_task(task).reach
+    spec = load_task(task)
+    reach = spec.reach
     if reach is None:
         return seeds
-    kept = []
+    iron = iron_needed(reach, spec.kit)
+    kept, for_iron = [], 0
     for seed in seeds:
-        why = screen(seed, reach, (area, area)) if area else screen(seed, reach)
+        why = screen(seed, reach, (area, area), iron=iron) if area else screen(seed, reach, iron=iron)
         if why is None:
             kept.append(seed)
         else:
+            for_iron += "iron cells reachable" in why
             print(f"mfm sweep: dropped seed {seed}: {why}", file=sys.stderr)
-    print(f"mfm sweep: screen kept {len(kept)} of {len(seeds)} seeds", file=sys.stderr)
+    print(f"mfm sweep: screen kept {len(kept)} of {len(seeds)} seeds ({len(seeds) - len(kept)} dropped, {for_iron} "
+          f"of them for fewer than {iron} reachable iron cells)", file=sys.stderr)
     return kept
 
 
@@ -331,7 +390,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Run every (method, seed) and (mfm + ablation, seed) not yet finished; 1 if any crashed."""
     if missing_store("sweep", args.out):
         return 2
-    from mfm.sweep import plan, run_sweep
+    from mfm.sweep import SweepBusy, plan, record_sweep, sweep_lock
 
     methods = _csv(args.methods)
     ablations = list(ABLATIONS) if args.ablations.strip() == "all" else _csv(args.ablations)
@@ -352,23 +411,43 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 2
     if args.screen:
         seeds = _screened(args.task, seeds, args.area)
-    jobs = plan(args.task, methods, seeds, args.out.rstrip("/") if is_url(args.out) else Path(args.out), args.steps,
-                ablations=ablations,
-                fixed_clock=args.fixed_clock, area=args.area, inherit=args.inherit)
-    if args.backend == "ray":
-        from mfm.sweep_ray import RayBackend
-
-        ray = RayBackend(args.address, num_cpus=args.jobs)
-        try:
-            final = run_sweep(jobs, parallel=args.jobs or ray.cpus, retry=args.retry, timeout=args.timeout,
-                              backend=ray)
-        finally:
-            ray.close()
-    else:
-        final = run_sweep(jobs, parallel=args.jobs or 2, retry=args.retry, timeout=args.timeout)
+    out = args.out.rstrip("/") if is_url(args.out) else Path(args.out)
+    jobs = plan(args.task, methods, seeds, out, args.steps, ablations=ablations, fixed_clock=args.fixed_clock,
+                area=args.area, inherit=args.inherit,
+                extra=("--perception", args.perception) if args.perception else ())
+    try:
+        with sweep_lock(out, " ".join(["mfm", *sys.argv[1:]])):
+            record_sweep(out, " ".join(["mfm", *sys.argv[1:]]), jobs)
+            final = _sweep(jobs, args)
+    except SweepBusy as e:
+        print(f"mfm sweep: {e}", file=sys.stderr)
+        return 2
     for name, status in final.items():
         print(f"{name}: {status}")
     return 1 if any(v.startswith("crashed") for v in final.values()) else 0
+
+
+def _sweep(jobs: list, args: argparse.Namespace) -> dict[str, str]:
+    """Run a sweep's jobs on the backend the arguments name."""
+    from mfm.sweep import run_sweep
+
+    if args.backend != "ray":
+        return run_sweep(jobs, parallel=args.jobs or 2, retry=args.retry, timeout=args.timeout)
+    from mfm.sweep_ray import RayBackend
+
+    ray = RayBackend(args.address, num_cpus=args.jobs)
+    try:
+        return run_sweep(jobs, parallel=args.jobs or ray.cpus, retry=args.retry, timeout=args.timeout, backend=ray)
+    finally:
+        ray.close()
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    """Print which method gets which memory affordance (the table of :mod:`mfm.agent.modes`)."""
+    from mfm.agent.modes import table_text
+
+    print(table_text(markdown=args.markdown))
+    return 0
 
 
 def cmd_results(args: argparse.Namespace) -> int:
@@ -379,9 +458,17 @@ def cmd_results(args: argparse.Namespace) -> int:
         return 2
     from loaders.compare import report
 
+    if not is_url(args.root) and not Path(args.root).is_dir():
+        print(f"mfm results: {args.root}: {'not a folder' if Path(args.root).exists() else 'no such folder'}",
+              file=sys.stderr)
+        return 2
     text = report(args.root if is_url(args.root) else Path(args.root), task=args.task)
+    if not text.strip():
+        print(f"mfm results: no runs under {args.root}" + (f" of task {args.task}" if args.task else ""),
+              file=sys.stderr)
+        return 1
     print(text)
-    return 0 if text.strip() else 1
+    return 0
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
@@ -392,17 +479,18 @@ def cmd_figures(args: argparse.Namespace) -> int:
     if missing_extra("figures", "dashboard"):
         return 2
     from dashboard.figures import write_figures
+    from loaders.escape import one_line
 
     notes: list[str] = []
     try:
         written = write_figures(args.paths, args.out, args.window, width=args.width, html_page=args.html,
                                 command=" ".join(["mfm", *sys.argv[1:]]), notes=notes)
     except ValueError as e:
-        print(f"mfm figures: {e}", file=sys.stderr)
+        print(f"mfm figures: {one_line(e)}", file=sys.stderr)
         return 2
     print("\n".join(map(str, written)))
     for note in notes:
-        print(f"mfm figures: {note}", file=sys.stderr)
+        print(f"mfm figures: {one_line(note)}", file=sys.stderr)
     return 0
 
 
@@ -455,8 +543,45 @@ def cmd_echo(args: argparse.Namespace) -> int:
     return 0 if runs else 1
 
 
+DESCRIPTION = """mfm: run the memory-driven Crafter agent, check and convert run directories, print
+result tables, write paper figures and start the dashboard. The core install runs run, sweep,
+validate and echo; the commands that read runs into tables or draw them need an extra, and
+say which one when it is missing."""
+
+EXIT_CODES = """exit codes: 0 done, nothing wrong; 1 done, and problems found (an invalid run, a crashed
+run of a sweep); 2 not done: a usage error or something missing in the environment (a
+folder, an extra, a bucket), said in one line on stderr; 3 an error mfm did not expect (a bug:
+one line names it, -v shows its traceback); 130 interrupted."""
+
+
+class _Help(argparse.HelpFormatter):
+    """Help that shows each option's default, unless its text already speaks of one or
+    there is none worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, "", argparse.SUPPRESS) and not isinstance(action.default, (bool, list))
+        if not shown or "default" in text or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every parser of the command line, subcommands included, with :class:`_Help`."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mfm", description=__doc__)
+    from mfm import __version__
+
+    p = _Parser(prog="mfm", description=DESCRIPTION, epilog=EXIT_CODES)
+    p.add_argument("--version", action="version", version=f"mfm {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="more messages (-vv: debugging ones); an unexpected error shows its traceback")
+    p.add_argument("-q", "--quiet", action="count", default=0, dest="log_quiet", help="fewer messages: errors only")
     sub = p.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("validate", help="check run directories against the format spec")
@@ -485,8 +610,15 @@ def build_parser() -> argparse.ArgumentParser:
     pk.set_defaults(func=cmd_pack)
 
     d = sub.add_parser("dashboard", help="start the dashboard")
-    d.add_argument("root", nargs="?", default="sample_runs", help="runs root (default: sample_runs)")
-    d.add_argument("--port", type=int, default=8501)
+    d.add_argument("root", nargs="?", default=None,
+                   help="runs root: a folder of runs or s3://bucket/prefix (default: sample_runs/ here)")
+    d.add_argument("--samples", action="store_true",
+                   help="show the sample runs: made once by playing them (python -m mfm.samples, about a minute "
+                        "minutes) into the user cache, for an install without the repository's sample_runs/")
+    d.add_argument("--port", type=_port, default=8501, help="the port to serve on (default: 8501)")
+    d.add_argument("--host", default="127.0.0.1",
+                   help="the address to serve on (default: 127.0.0.1, this machine only; 0.0.0.0 serves "
+                        "every interface, so anyone who can reach this machine sees the runs)")
     d.add_argument("--no-warm", action="store_true",
                    help="do not visit the pages with the newest run open once the server has started "
                         "(those visits build its views before a browser asks for them)")
@@ -494,9 +626,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run the memory-driven Crafter agent")
     r.add_argument("--task", default="diamond", choices=task_names())
-    r.add_argument("--method", default="mfm", choices=METHODS, help="memory mode (see mfm.agent.modes)")
+    r.add_argument("--method", default="mfm", choices=METHODS,
+                   help="memory mode: which affordances the method gets (`mfm methods` prints the table)")
     r.add_argument("--ablation", action="append", choices=ABLATIONS,
-                   help="switch a component of mfm off (repeatable)")
+                   help="switch a component of mfm off; no-budget (notes uncapped) also for any method with "
+                        "notes (repeatable)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--steps", type=int, default=None, help="env step budget (default: the task's)")
     r.add_argument("--out", default=None, help="run directory (default: runs/TASK_METHOD_sSEED)")
@@ -527,7 +661,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--task", default="diamond", choices=task_names())
     w.add_argument("--methods", default="direct,pro-long,vista,mfm", help="comma-separated methods")
     w.add_argument("--ablations", default="", help="comma-separated mfm ablations, each its own run per seed "
-                                                   "('all' for every one)")
+                                                   "('all' for every one); no-budget runs for every listed method "
+                                                   "with notes")
     w.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     w.add_argument("--jobs", type=int, default=None, help="runs at a time (default: 2; with --backend ray, "
                                                           "the cluster's CPUs)")
@@ -543,11 +678,19 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "started here by `ray start`); default: a local one for this sweep")
     w.add_argument("--area", type=int, default=None, help="the world's side in tiles (default: 64)")
     w.add_argument("--screen", action="store_true",
-                   help="reach tasks: drop seeds whose world lacks a reachable target or tech tree, and say why")
+                   help="reach tasks: drop seeds whose world lacks a reachable target or tech tree, or holds too "
+                        "little iron for the run's expected losses (mfm.envs.reach.screen), and say why")
+    w.add_argument("--perception", default=None, choices=PERCEPTIONS,
+                   help="where every run's live view comes from (mfm run --perception; default: map); the same "
+                        "for every method of the sweep")
     w.add_argument("--inherit", default=None, metavar="RUN",
                    help="each run starts with the memory of RUN ({seed} is replaced by the run's seed), "
                         "e.g. runs/diamond_mfm_s{seed}; folders get _from-RUN")
     w.set_defaults(func=cmd_sweep)
+
+    mt = sub.add_parser("methods", help="print which method gets which memory affordance")
+    mt.add_argument("--markdown", action="store_true", help="as a Markdown table")
+    mt.set_defaults(func=cmd_methods)
 
     t = sub.add_parser("results", help="print the comparison tables of the runs under a folder")
     t.add_argument("root", help="folder of runs (e.g. a sweep's --out)")
@@ -572,8 +715,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv``, set the log level from ``-v``/``-q``, run the subcommand; its exit code.
+
+    An error no subcommand expected is one line naming it (exit 3); ``-v`` shows its traceback."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    level = logging.WARNING - 10 * args.verbose + 10 * args.log_quiet
+    logging.basicConfig(level=min(max(level, logging.DEBUG), logging.CRITICAL), stream=sys.stderr,
+                        format="mfm: %(levelname)s: %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"mfm {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if args.verbose:
+            raise
+        print(f"mfm {args.command}: internal error: {type(e).__name__}: {e} (mfm -v {args.command} ... shows where; "
+              "please report it)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import re
 import shutil
 import threading
@@ -48,9 +49,70 @@ class StoreError(Exception):
     """Object storage could not be used: no extra installed, a bad URL, an access error."""
 
 
+MiB = 1 << 20
+OBJECT_LIMITS: dict[str, int] = {
+    "manifest": 16 * MiB, "table": 1 << 30, "log": 256 * MiB, "memory": 16 * MiB, "record": 16 * MiB,
+    "image": 64 * MiB, "pack": 4 << 30, "export": 256 * MiB, "recording": 2 << 30, "other": 16 * MiB,
+}
+"""The largest object of each kind (:func:`object_kind`) a reader fetches; a larger one is
+refused before any byte of it is downloaded. Each is far above what a run writes: a
+36,000-step run has ~9 MB of tables, a manifest of a few kB, memory files of a few kB, frame
+strips of ~100 kB (the decoder refuses images over 16 Mpixels anyway), episode records under
+``mfm.boundary.MAX_JSON_FILE_BYTES`` (16 MiB, the readers' own bound); an export's
+``data.json`` and a recording have their readers' bounds (256 MiB, 2 GiB)."""
+KIND_NAMES = {"manifest": "a run manifest", "table": "a table", "log": "a log", "memory": "an agent-memory file",
+              "record": "an episode record", "image": "an image or frame strip", "pack": "a packed run",
+              "export": "an MFM export", "recording": "a Crafter recording", "other": "a run file"}
+
+
+def object_kind(rel: str) -> str:
+    """The kind of a run's file by its path in the run (``mine/GUIDE.md``: memory), for
+    :data:`OBJECT_LIMITS`; a copy under ``inherited/`` has the kinds of a run's files."""
+    parts = rel.strip("/").split("/")
+    name = parts[-1]
+    suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    if name == "run.json":
+        return "manifest"
+    if suffix == "jsonl":
+        return "table"
+    if "mine" in parts[:-1]:
+        return "memory"
+    if name == "logs.txt" or suffix == "log":
+        return "log"
+    if suffix in ("webp", "png", "jpg", "jpeg"):
+        return "image"
+    if name == "episodes.zip":
+        return "pack"
+    if name == "data.json":
+        return "export"
+    if suffix == "npz":
+        return "recording"
+    return "record" if suffix == "json" else "other"
+
+
+def oversize(rel: str, size: int) -> str | None:
+    """Why an object of ``size`` bytes at ``rel`` (its path in the run) is not fetched, or
+    None when its size is within its kind's bound."""
+    kind = object_kind(rel)
+    limit = OBJECT_LIMITS[kind]
+    if size <= limit:
+        return None
+    return f"{size:,} bytes in the bucket, over the {limit / MiB:g} MiB bound for {KIND_NAMES[kind]}: not fetched"
+
+
 def is_url(place: str | Path) -> bool:
     """Whether a runs root or run is a URL of object storage (``file://`` is a local path)."""
     return isinstance(place, str) and bool(_SCHEME.match(place)) and not place.startswith("file://")
+
+
+def normal_url(url: str) -> str:
+    """A URL of object storage with its path written one way, as a folder path: no trailing,
+    repeated or ``.`` segments, ``..`` taken back (``s3://b/root/./x/`` and ``s3://b//root/x``
+    are ``s3://b/root/x``). Letter case is kept: keys differing in case are different keys."""
+    m = _SCHEME.match(url)
+    if m is None:
+        return url
+    return url[:m.end()] + posixpath.normpath("/" + url[m.end():]).lstrip("/")
 
 
 def join(url: str, *parts: str) -> str:
@@ -111,9 +173,13 @@ def staging_dir(url: str) -> Path:
 
 
 def read_bytes(url: str) -> bytes | None:
-    """An object's bytes, None if there is no such object."""
+    """An object's bytes, None if there is no such object; StoreError, before it is
+    downloaded, if it is larger than its kind's bound (:func:`oversize`, by its name)."""
     fs, path = filesystem(url)
     try:
+        why = oversize(name_of(url), int(fs.size(path) or 0))
+        if why is not None:
+            raise StoreError(f"{url}: {why}")
         return fs.cat_file(path)
     except FileNotFoundError:
         return None

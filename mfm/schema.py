@@ -14,10 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Iterator, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, BinaryIO, ClassVar, Iterator, get_args, get_origin, get_type_hints
 
 import numpy as np
 
@@ -277,6 +279,15 @@ def _checker(kind: str) -> Any:
     return lambda name, v: check_field(name, kind, v)
 
 
+MAX_EPISODE_FRAMES = 10_000
+"""The most frames one episode stores (:attr:`IndexRow.frames`). An episode is the steps of one
+turn of the policy, whose atoms stop after tens of steps (the samples' longest: 141); a frame
+is kept per step, so an episode's frames never exceed its steps, and 10,000 (Crafter's own
+episode length) is far above any episode written. Every reader loops over an episode's frames
+or its strips (``mfm validate``, the file checks, the scrubber, ``mfm import``): a row beyond
+this bound is an error at its line and skipped, so one line cannot make that work unbounded."""
+
+
 @dataclass(frozen=True, slots=True)
 class IndexRow(Record):
     """``index.jsonl``: one searchable row per finished episode (MFM-compatible, D.1)."""
@@ -300,6 +311,8 @@ class IndexRow(Record):
     note: OptStr = None
     observation_hash: OptStr = None
     frames: Int = 0
+    """Frames stored, one per step, in strips of ``FRAMES_PER_CHUNK``: at most the episode's
+    steps (``last_step - first_step``) and :data:`MAX_EPISODE_FRAMES`."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kind": EPISODE_KINDS, "outcome": OUTCOMES}
 
@@ -308,6 +321,9 @@ class IndexRow(Record):
             raise SchemaError(f"id must look like ep_000123, got {self.id!r}")
         if self.last_step < self.first_step:
             raise SchemaError(f"last_step {self.last_step} is before first_step {self.first_step}")
+        if self.frames > MAX_EPISODE_FRAMES:
+            shown = f"{self.frames:,}" if self.frames < 10 ** 15 else f"of {len(str(self.frames))} digits"
+            raise SchemaError(f"frames {shown} exceeds the bound of {MAX_EPISODE_FRAMES:,} frames per episode")
         if self.frames > self.last_step - self.first_step:
             raise SchemaError(f"frames {self.frames} exceeds the episode's {self.last_step - self.first_step} steps")
         for name, rel in (("path", self.path), ("image", self.image)):
@@ -414,8 +430,9 @@ class MemoryWrite(Record):
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"op": MEMORY_OPS}
 
     def check(self) -> None:
-        if not self.path.startswith("mine/") or ".." in Path(self.path).parts:
-            raise SchemaError(f"path must stay under mine/, got {self.path!r}")
+        if not self.path.startswith("mine/") or not plain_relative(self.path):
+            raise SchemaError(f"path must be a plain relative path under mine/ (no '..', backslash or NUL), "
+                              f"got {self.path!r}")
         if self.diff is None and self.snapshot is None and self.op != "delete":
             raise SchemaError("a write needs a diff or a snapshot")
         for s in self.sources:
@@ -520,6 +537,9 @@ TABLES: dict[str, type[Record]] = {
 MANIFEST = "run.json"
 LOGS = "logs.txt"
 MINE = "mine"
+SWEEPS = "sweeps.jsonl"
+"""Beside the runs of a sweep (``mfm sweep --out``): one line per sweep that wrote there, with
+when it started, its command, its runs and the commit it ran from (``mfm results`` prints them)."""
 
 
 def check_version(version: Any) -> tuple[str | None, str | None]:
@@ -579,6 +599,55 @@ def too_deep(raw: bytes) -> bool:
     return nesting(raw, np.array([len(raw)]))[0] > MAX_DEPTH
 
 
+class NotRegularFile(OSError):
+    """A run's file that is a FIFO, socket, device or folder: refused, never read (opening a
+    FIFO waits for a writer, reading a device may never end). ``reason`` is the message
+    without the file's name, for callers that name the file themselves."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"{name if name.isprintable() else repr(name)}: {reason}")
+        self.reason = reason
+
+
+def _not_regular(name: str, mode: int) -> NotRegularFile:
+    kind = next((what for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                                         (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+                                         (stat.S_ISDIR, "a folder")) if test(mode)), "of an unknown kind")
+    return NotRegularFile(name, f"not a regular file ({kind}), not read")
+
+
+def check_regular(path: str | os.PathLike[str], name: str) -> None:
+    """Raise :class:`NotRegularFile` unless ``path`` is a regular file, itself and not through
+    a symbolic link (a run's writers never make links; a file a run's row names is resolved and
+    checked to stay inside the run by :mod:`mfm.boundary` before it gets here); FileNotFoundError
+    (or another OSError) when it cannot be looked at. Opens nothing. ``name`` is how messages
+    name the file (never the server's absolute path)."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise NotRegularFile(name, "a symbolic link, not followed (a run's own files are never links)")
+    if not stat.S_ISREG(mode):
+        raise _not_regular(name, mode)
+
+
+def open_file(path: str | os.PathLike[str], name: str) -> BinaryIO:
+    """Open a run's file for reading (binary) only if it is a regular file: looked at with
+    ``stat`` first, then opened without blocking and checked again by descriptor (a file
+    swapped since). Every reader of a run's files opens them here (the tables, ``run.json``,
+    and through :mod:`mfm.boundary` the files rows name). Raises :class:`NotRegularFile`, OSError."""
+    check_regular(path, name)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(name, mode)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class JSONError(ValueError):
     """A JSON text that cannot be taken: not UTF-8, not JSON, or nested too deep."""
 
@@ -619,8 +688,11 @@ def iter_jsonl(path: Path, label: str | None = None) -> Iterator[tuple[int, Any,
     """
     name = label or path.name
     try:
-        f = open(path, "rb")
+        f = open_file(path, name)
     except FileNotFoundError:
+        return
+    except NotRegularFile as e:
+        yield 0, None, Problem(name, 0, e.reason)
         return
     except OSError as e:
         yield 0, None, Problem(name, 0, f"cannot read: {e.strerror or e}")
@@ -676,9 +748,12 @@ def read_manifest(run_dir: Path) -> tuple[RunManifest | None, list[Problem]]:
     """Read and check ``run.json``; return (manifest or None, problems)."""
     p = run_dir / MANIFEST
     try:
-        raw = p.read_bytes()
+        with open_file(p, MANIFEST) as f:
+            raw = f.read()
     except FileNotFoundError:
         return None, [Problem(MANIFEST, 0, "missing: this folder has no run manifest")]
+    except NotRegularFile as e:
+        return None, [Problem(MANIFEST, 0, e.reason)]
     except OSError as e:
         return None, [Problem(MANIFEST, 0, f"cannot read: {e.strerror or e}")]
     return parse_manifest(raw)

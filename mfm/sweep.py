@@ -15,19 +15,79 @@ worker). The rule above lives in :func:`run_sweep` alone, for every backend.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import json
+import logging
+import os
 import shutil
 import shlex
+import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol, TextIO
+from typing import Callable, Iterator, Protocol, TextIO
 
+from mfm.agent.modes import ARMS, allowed
 from mfm.memory.appendlog import now_iso, write_atomic
 from mfm.objectstore import (cache_root, is_empty, join, move_tree, name_of, parent_of, read_bytes, url_hash,
                              write_bytes)
-from mfm.schema import RunManifest, parse_manifest, read_manifest
+from mfm.progress import Progress
+from mfm.schema import SWEEPS, RunManifest, parse_manifest, read_manifest
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".mfm-sweep.lock"
+"""The lock file of a sweep's output folder (:func:`sweep_lock`)."""
+
+
+class SweepBusy(RuntimeError):
+    """Another live sweep holds the output folder's lock; the message names it."""
+
+
+def lock_path(out: Path | str) -> Path:
+    """Where the lock of the sweep writing ``out`` lives: ``OUT/.mfm-sweep.lock``; for an output
+    in object storage, a local file named by the URL's hash (sweeps on this machine only)."""
+    if isinstance(out, str):
+        return cache_root() / "sweeps" / url_hash(out.rstrip("/")) / LOCK_NAME
+    return out / LOCK_NAME
+
+
+@contextmanager
+def sweep_lock(out: Path | str, command: str = "") -> Iterator[Path]:
+    """Hold the lock of the sweep writing ``out`` for the ``with`` block, or raise
+    :class:`SweepBusy` naming the sweep that holds it (its pid, host, start and command).
+
+    The lock is the kernel's (``flock``) on a file that also records its holder: it is
+    released when its holder exits, however it exits, so a lock left by a dead sweep is
+    simply taken over, with no staleness rule to get wrong."""
+    path = lock_path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SweepBusy(f"{out} is being written by another sweep ({_holder(fd)}); wait for it to end or "
+                            "stop it, then run this sweep again (finished runs are skipped)") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": now_iso(),
+                                 "command": command}).encode("utf-8") + b"\n")
+        yield path
+    finally:
+        os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    """Who holds a busy lock, from what its holder wrote."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return (f"pid {int(info['pid'])} on {str(info['host'])[:80]} since {str(info['started'])[:40]}"
+                + (f": {str(info['command'])[:200]}" if info.get("command") else ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its holder not yet recorded"
 
 
 @dataclass(frozen=True)
@@ -84,6 +144,38 @@ class Job:
         return cmd + list(self.extra)
 
 
+
+
+def source_commit() -> tuple[str | None, bool]:
+    """The git commit of the checkout this package runs from and whether its files differ
+    from it; (None, False) outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=30)
+        if head.returncode != 0:
+            return None, False
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None, False
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
+def record_sweep(out: Path | str, command: str, jobs: list[Job]) -> None:
+    """Append to ``OUT/sweeps.jsonl`` when a sweep started, its command, its runs and the commit
+    it ran from (``mfm results`` prints them beside the tables); in object storage the object
+    is written again with the line added (the sweep holds the output's lock meanwhile)."""
+    commit, dirty = source_commit()
+    rec = {"started": now_iso(), "command": command, "commit": commit, "dirty": dirty, "runs": [j.name for j in jobs]}
+    line = (json.dumps(rec) + "\n").encode("utf-8")
+    if isinstance(out, str):
+        write_bytes(join(out, SWEEPS), (read_bytes(join(out, SWEEPS)) or b"") + line)
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / SWEEPS, "ab") as f:
+        f.write(line)
+
+
 def job_name(task: str, method: str, seed: int, ablations: tuple[str, ...] = (), area: int | None = None,
              inherit: str | None = None) -> str:
     """The run folder name: ``task_method[-ablation...]_sSEED[_aN][_from-RUN]`` (as
@@ -96,7 +188,9 @@ def plan(task: str, methods: list[str], seeds: list[int], out: Path | str, steps
          extra: tuple[str, ...] = (), ablations: list[str] | tuple[str, ...] = (),
          fixed_clock: bool = True, area: int | None = None, inherit: str | None = None) -> list[Job]:
     """Every (method, seed) job, then every (mfm + one ablation, seed) job, in a stable order
-    (seeds interleaved, so that a partial sweep has every method on the first seeds).
+    (seeds interleaved, so that a partial sweep has every method on the first seeds). An arm
+    every method with notes may take (:data:`mfm.agent.modes.ARMS`, ``no-budget``) is run for
+    each such method of ``methods`` (for mfm if there is none).
     ``inherit``: the run each job inherits memory from, ``{seed}`` replaced by the job's seed."""
     def at(name: str) -> Path | str:
         return join(out, name) if isinstance(out, str) else out / name
@@ -106,7 +200,11 @@ def plan(task: str, methods: list[str], seeds: list[int], out: Path | str, steps
         return Job(task, method, s, at(job_name(task, method, s, abl, area, src)), steps, extra, abl, fixed_clock,
                    area, src)
 
-    return [job(m, s, ()) for s in seeds for m in methods] + [job("mfm", s, (a,)) for s in seeds for a in ablations]
+    def takers(a: str) -> list[str]:
+        return [m for m in methods if a in ARMS and allowed(m, a)] or ["mfm"]
+
+    return [job(m, s, ()) for s in seeds for m in methods] + [job(m, s, (a,)) for s in seeds for a in ablations
+                                                              for m in takers(a)]
 
 
 def state(job: Job) -> tuple[str, int, int]:
@@ -235,44 +333,44 @@ def run_sweep(jobs: list[Job], parallel: int = 2, stream: TextIO = sys.stderr, p
             todo.append(j)
     running: dict[str, tuple[Job, Launch]] = {}
     started: dict[str, float] = {}
-    t0 = last_print = time.monotonic()
-    tty = stream.isatty()
-    while todo or running:
-        while todo and len(running) < parallel:
-            j = todo.pop(0)
-            (j.log if j.remote else j.out).parent.mkdir(parents=True, exist_ok=True)
-            running[j.name] = (j, backend(j))
-            if running[j.name][1].started:
-                started[j.name] = time.monotonic()
-        time.sleep(poll)
-        changed = False
-        for name, (j, launch) in list(running.items()):
-            end = launch.poll()
-            if end is None and name not in started and launch.started:
-                started[name] = time.monotonic()
-            over = (end is None and timeout is not None and name in started
-                    and time.monotonic() - started[name] > timeout)
-            if over:
-                code, why = launch.kill(), f"killed after {timeout:g} s"
-            elif end is None:
-                continue
-            else:
-                code, why = end
-            changed = True
-            launch.close()
-            if j.remote and j.log.is_file():
-                write_bytes(j.log_url, j.log.read_bytes())
-            if code != 0:
-                mark_crashed(j, why)
-            final[name] = state(j)[0] if code == 0 else f"crashed ({why}; see {j.name}.log)"
-            del running[name]
-        if not tty and not changed and time.monotonic() - last_print < 30:
-            continue
-        last_print = time.monotonic()
-        parts = [f"{j.name}: {s[1]} steps, {s[2]} ms" for j, _ in running.values() for s in [state(j)]]
-        line = f"[{time.monotonic() - t0:6.0f}s] done {len(final)}/{len(jobs)}  " + "  |  ".join(parts)
-        stream.write(("\r" + line[:200].ljust(200)) if tty else line + "\n")
-        stream.flush()
-    if tty:
-        stream.write("\n")
+    with Progress("sweep", len(jobs), "runs", stream=stream) as bar:
+        bar.update(len(final))
+        while todo or running:
+            while todo and len(running) < parallel:
+                j = todo.pop(0)
+                (j.log if j.remote else j.out).parent.mkdir(parents=True, exist_ok=True)
+                running[j.name] = (j, backend(j))
+                log.info("%s: started (%s)", j.name, j.log)
+                if running[j.name][1].started:
+                    started[j.name] = time.monotonic()
+            time.sleep(poll)
+            ended = 0
+            for name, (j, launch) in list(running.items()):
+                end = launch.poll()
+                if end is None and name not in started and launch.started:
+                    started[name] = time.monotonic()
+                over = (end is None and timeout is not None and name in started
+                        and time.monotonic() - started[name] > timeout)
+                if over:
+                    code, why = launch.kill(), f"killed after {timeout:g} s"
+                elif end is None:
+                    continue
+                else:
+                    code, why = end
+                ended += 1
+                launch.close()
+                if j.remote and j.log.is_file():
+                    write_bytes(j.log_url, j.log.read_bytes())
+                if code != 0:
+                    mark_crashed(j, why)
+                final[name] = state(j)[0] if code == 0 else f"crashed ({why}; see {j.name}.log)"
+                log.info("%s: %s", name, final[name])
+                del running[name]
+            bar.update(ended, "; ".join(_in_flight(j) for j, _ in running.values()))
     return final
+
+
+def _in_flight(job: Job) -> str:
+    """A running job in words: its name, steps played and milestones reached."""
+    _, steps, milestones = state(job)
+    return f"{job.name} {steps:,} steps, {milestones} milestone{'' if milestones == 1 else 's'}"

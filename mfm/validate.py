@@ -7,7 +7,6 @@ dashboard and ``mfm validate`` report the same problems for the same files. Pure
 """
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ from mfm.memory.agent_memory import replay
 from mfm.memory import packed
 from mfm.memory.retrieval import FrameError, check_end_frame, decode_image, ends_in_strip
 from mfm.schema import (FRAMES_PER_CHUNK, INHERITED, LOGS, MANIFEST, TABLES, IndexRow, Problem, RunManifest,
-                        SeenRow, StepRow, frame_chunk, read_manifest, read_table)
+                        SeenRow, StepRow, frame_chunk, iter_jsonl, read_manifest, read_table)
 
 
 @dataclass
@@ -184,12 +183,9 @@ def _check_inherited_sources(c: RunContents) -> None:
                                                             f"has no {INHERITED}/index.jsonl inside it"))
         return
     known = set()
-    with open(index, "rb") as f:
-        for line in f:
-            try:
-                known.add(json.loads(line).get("id"))
-            except (ValueError, AttributeError):
-                continue
+    for _, obj, _ in iter_jsonl(index, f"{INHERITED}/index.jsonl"):
+        if isinstance(obj, dict):
+            known.add(obj.get("id"))
     reported = set()
     for n, s in named:
         if s.split(":", 1)[1] not in known and s not in reported:
@@ -330,6 +326,7 @@ def _episode_ids(c: RunContents) -> list[str]:
 
 
 OUTSIDE = "leads outside the run (through a symlink), refused"
+NOT_REGULAR = "is not a regular file (a FIFO, socket, device or folder), refused"
 
 
 def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str] | None = None) -> list[Problem]:
@@ -348,11 +345,13 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str
     (``episodes.zip``, :mod:`mfm.memory.packed`) holds it."""
     out: list[Problem] = []
     root = str(run_dir) + os.sep
+    away = False
     if listing is not None:
         entries = {rel.split("/")[1]: False for rel in listing if rel.count("/") >= 2}
     else:
+        away = _own_entries(run_dir, out)
         try:
-            entries = {e.name: e.is_symlink() for e in os.scandir(root + "episodes") if e.is_dir()}
+            entries = {} if away else {e.name: e.is_symlink() for e in os.scandir(root + "episodes") if e.is_dir()}
         except OSError:
             entries = {}
     members, pack_folders = _pack_contents(run_dir, out)
@@ -379,8 +378,9 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str
         indexed.add(path)
         parent, _, name = path.rpartition("/")
         if (parent != "episodes" or name not in entries) and path not in pack_folders and (
-                listing is not None or not (run_dir / path).is_dir()):
-            out.append(Problem("index.jsonl", n, f"{ep}: episode folder {path} is missing"))
+                listing is not None or away or not (run_dir / path).is_dir()):
+            if not away:
+                out.append(Problem("index.jsonl", n, f"{ep}: episode folder {path} is missing"))
             continue
         folder_linked = entries.get(name, True) if parent == "episodes" else True
         for rel in (f"{path}/action.json", f"{path}/outcome.json", f"{path}/state/state.json") + (
@@ -388,6 +388,8 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str
             found = kind(rel, folder_linked or not rel.startswith(path + "/"))
             if found == "outside":
                 out.append(Problem("index.jsonl", n, f"{ep}: {_rel(run_dir, rel)} {OUTSIDE}"))
+            elif found == "other":
+                out.append(Problem("index.jsonl", n, f"{ep}: {_rel(run_dir, rel)} {NOT_REGULAR}"))
             elif found != "file":
                 out.append(Problem("index.jsonl", n, f"{ep}: {_rel(run_dir, rel)} is missing", "warning"))
         for k in range(-(-count // FRAMES_PER_CHUNK)):
@@ -395,6 +397,8 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str
             found = kind(rel, folder_linked)
             if found == "outside":
                 out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} {OUTSIDE}"))
+            elif found == "other":
+                out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} {NOT_REGULAR}"))
             elif found != "file":
                 out.append(Problem("index.jsonl", n, f"{ep}: frame strip {_rel(run_dir, rel)} is missing"))
     for name in sorted(set(entries) | {f.split("/")[1] for f in pack_folders}):
@@ -402,6 +406,35 @@ def _file_problems(run_dir: Path, refs: list[EpisodeRef], listing: frozenset[str
             out.append(Problem(f"episodes/{name}", 0, "episode folder not in index.jsonl (in flight when the run "
                                                        "stopped)", "warning"))
     return out
+
+
+def _own_entries(run_dir: Path, out: list[Problem]) -> bool:
+    """Report ``episodes/`` or ``episodes.zip`` that is a symlink (a run's episodes are its
+    own; ``mfm pack`` refuses them), or an ``episodes`` that is not a folder. True when
+    ``episodes/`` leads outside the run or is not a folder: then it is not listed, and its
+    episode folders are not reported one by one."""
+    away = False
+    for name, folder in (("episodes", True), (packed.PACK, False)):
+        try:
+            mode = os.lstat(run_dir / name).st_mode
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISLNK(mode):
+            try:
+                inside(run_dir, name)
+            except UnsafePath:
+                if folder:
+                    out.append(Problem(name, 0, "a symlink leading outside the run, not followed (no episode "
+                                                "folder is read)"))
+                    away = True
+                continue
+            out.append(Problem(name, 0, f"a symlink (a run's {'episodes' if folder else 'pack'} must be its own "
+                                        "folder or file; mfm pack refuses it)"))
+        elif folder and not stat.S_ISDIR(mode):
+            out.append(Problem(name, 0, "not a folder (a file, FIFO, socket or device), refused (no episode "
+                                        "folder is read)"))
+            away = True
+    return away
 
 
 def _pack_contents(run_dir: Path, out: list[Problem]) -> tuple[dict[str, packed.Member], set[str]]:

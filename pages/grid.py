@@ -12,7 +12,7 @@ from loaders import chart_data, run_pages
 from loaders.run import Run
 from mfm.schema import GRID_KINDS
 
-_, focus = ui.sidebar(("cell", "range", "kinds", "life"))
+_, focus = ui.sidebar(("cell", "range", "kinds", "life", "mark"))
 key, run = ui.need_run(focus)
 st.title("Spatial grid")
 st.caption(f"{ui.md_code(key)} · the cells the agent interacted with (append-only grid.jsonl), its paths and deaths; "
@@ -31,6 +31,13 @@ first, last = run_pages.step_bounds(run)
 range_widget = ui.bound("w_grid_range", "range", (first, last), lambda v: clamp_range(v, first, last),
                         format_range, sync=True)
 all_lives = ui.cached(run_pages.lives_of)(run)
+if ui.qp("life") and ui.qp("life") not in {str(v) for v in all_lives}:
+    st.warning(f"URL parameter `life` = {ui.md_code(ui.qp('life'), 40)} is no life of {ui.md_code(key)}: dropped.",
+               icon="🚫")
+bad_kinds = [k for k in split_list(ui.qp("kinds")) if k not in GRID_KINDS]
+if bad_kinds:
+    st.warning(f"URL parameter `kinds`: {', '.join(ui.md_code(k, 40) for k in bad_kinds)} "
+               f"{'is' if len(bad_kinds) == 1 else 'are'} no cell kind: dropped.", icon="🚫")
 c1, c2, c4, c3 = st.columns([3, 3, 1.4, 1.6])
 c4.selectbox("Life", all_lives, placeholder="all lives",
              **ui.bound("w_life", "life", None, lambda v: life if (life := int(v)) in all_lives else None),
@@ -46,18 +53,25 @@ lo, hi = st.session_state["w_grid_range"] if last > first else (first, last)
 kinds = st.session_state["w_kinds"]
 
 cell = parse_cell(ui.qp("cell"))
+mark = parse_cell(ui.qp("mark"))
+for name, value in (("cell", cell), ("mark", mark)):
+    if ui.qp(name) and value is None:
+        st.warning(f"URL parameter {ui.md_code(name)} = {ui.md_code(ui.qp(name), 40)} is not a cell `x,y`: ignored.")
+if mark is not None:
+    st.caption(f"Red diamond: the failed action's target cell ({mark[0]}, {mark[1]}).")
 
 
 def _map(r: Run, lo: int, hi: int, kinds: tuple[str, ...], life: int | None, band: tuple[int, int] | None,
-         paths: bool, positions: bool, cell: tuple[int, int] | None) -> tuple[chart_data.GridView, alt.LayerChart]:
+         paths: bool, positions: bool, cell: tuple[int, int] | None, mark: tuple[int, int] | None
+         ) -> tuple[chart_data.GridView, alt.LayerChart]:
     """The grid's view and map, built once per run version and choice (kept, not copied:
     only read)."""
     view = ui.cached(chart_data.grid)(r, lo, hi, kinds, life=life, height=band, paths=paths, positions=positions)
-    return view, vega_charts.grid_map(view, cell)
+    return view, vega_charts.grid_map(view, cell, mark)
 
 
 view, fig = ui.cached(_map, max_entries=16, shared=True)(run, lo, hi, tuple(kinds), st.session_state["w_life"], band,
-                                                        show_paths, show_eps, cell)
+                                                        show_paths, show_eps, cell, mark)
 
 
 def _on_pick() -> None:
@@ -84,9 +98,8 @@ st.caption(" · ".join(f"{k}: {int(counts.get(k, 0))} cells" for k in GRID_KINDS
            + " · click a mark or a cell to pick it")
 
 st.subheader("Cell")
-pos = view.positions
-gx, gy = ui.bound_group(("w_gx", "w_gy"), "cell", None, parse_cell, lambda c: f"{c[0]},{c[1]}", sync=True,
-                        initial=(int(pos["x"].iloc[-1]), int(pos["y"].iloc[-1])) if len(pos) else (32, 32))
+gx, gy = ui.bound_group(("w_gx", "w_gy"), "cell", None, parse_cell, lambda c: f"{c[0]},{c[1]}",
+                        sync=cell is not None)  # without a cell, keep a half-typed one (x before y)
 a, b = st.columns(2)
 a.number_input("x", step=1, **gx)
 b.number_input(view.plane, step=1, **gy)

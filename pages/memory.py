@@ -15,6 +15,7 @@ from dashboard import safe_text, ui
 from dashboard.core import clamp_range, format_range
 from loaders import analysis_pages as ap
 from loaders import run_pages
+from loaders import turns as tv
 from loaders.inherited import episode_label, is_inherited
 
 
@@ -134,8 +135,12 @@ with tab_diff:
                   help="By default the version shown (as of the step above) against the one before it. At step "
                        f"{lo_d} the file does not exist yet.")
         a, b = st.session_state["w_mem_diff"]
-        diff = ap.memory_diff(run, path, int(a), int(b))
-        if diff:
-            st.code(diff, language="diff")
+        rows = tv.line_diff(ap.memory_text(run, path, int(a)) or "", ap.memory_text(run, path, int(b)) or "")
+        if len(rows):
+            counts = rows["change"].value_counts()
+            st.caption(f"{ui.md_code(path)} as of step {a} → as of step {b}: {int(counts.get('added', 0))} line(s) "
+                       f"added, {int(counts.get('removed', 0))} removed; unchanged lines around them for context.")
+            st.dataframe(tv.styled_diff(rows), hide_index=True, width="stretch", key="mem_diff",
+                         column_config=tv.DIFF_CONFIG)
         else:
             st.caption(f"No change between steps {a} and {b}.")

@@ -10,11 +10,13 @@ from loaders import analysis_pages as ap
 from loaders import chart_data
 from loaders import run_pages
 from loaders import turns as tv
+from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, TURN_LEGEND, legend_image, legend_text, outline_groups
 from loaders.paper_measures import RADIUS
 from loaders.run import Run
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
+FRAMES_MAX = 4  # the Frames page compares at most four frames
 RATES_WIDTH = 560  # each method's row of bars in the rates chart, pixels
 RATES = {"inspect_rate": "retarget rate, inspecting turns", "other_rate": "retarget rate, other turns",
          "near_rate": "share of new targets near", "null_rate": "null rate (random earlier episodes)"}
@@ -98,7 +100,8 @@ if audit is None:
     st.error(f"Turn {turn} is not in {ui.md_code(key)}.")
     st.stop()
 t = audit.turn
-st.markdown(f"**Turn {t.turn}** · life {t.life} · steps {t.first_step}–{t.last_step} · "
+shots = tv.inspection_shots(ui.cached(tv.turn_view)(run, turn))
+st.markdown(f"**Turn {t.turn}** · life {t.life} · {tv.turn_steps(t.first_step, t.last_step)} · "
             f"policy {ui.md_code(t.policy)}")
 st.page_link(ui.pages()["turns"], label=f"Open turn {t.turn} in Turns (everything about it on one page)",
              icon=":material/psychology:", query_params=ui.link_params(turn=t.turn))
@@ -112,10 +115,14 @@ with left:
                      hide_index=True, width="stretch", key="rt_searches")
     else:
         st.caption("No index search in this turn.")
-    st.markdown("**Inspected**")
-    if audit.inspections:
-        st.dataframe(pd.DataFrame([{**i, "found": "; ".join(i["found"])} for i in audit.inspections]),
-                     hide_index=True, width="stretch", key="rt_inspections")
+    st.markdown(f"**Inspected** ({len(shots)} episode(s))")
+    if shots:
+        st.dataframe(tv.shots_table(shots, audit.inspections), hide_index=True, width="stretch",
+                     key="rt_inspections",
+                     column_config={"frame": st.column_config.NumberColumn("frame shown (step)", format="%d"),
+                                    "found": st.column_config.TextColumn("found", width="large"),
+                                    "counted": st.column_config.CheckboxColumn(
+                                        "counted", help="Counted by the §A.4 statistics (an episode of this run)")})
     else:
         st.caption("No frame inspected in this turn.")
     st.markdown("**New targets**")
@@ -143,30 +150,51 @@ with right:
                      hide_index=True, width="stretch", key="rt_map_labels")
 
 st.markdown("**Frames: what the agent had, beside what it inspected**")
-insp = ui.inspections(run)
-insp = insp[insp["turn"] == turn] if len(insp) else insp
-refs: list[tuple[str, str, Run | None, int | None, str | None, int | None]] = [
-    (f"had · {sf.label}", key, run, sf.step, sf.episode, None) for sf in tv.start_frames(run, t.first_step, t.life)]
-for r in insp.head(3).itertuples():
-    target = None if pd.isna(r.target_step) else int(r.target_step)
-    life = None if pd.isna(r.target_life) else int(r.target_life)
-    caption = f"inspected {r.retrieved}"
+st.caption("For each inspected episode, the frame that showed the turn's new target; else the decoded frame with "
+           "the most finds (the table above says which and why).")
+legend = legend_image(TURN_LEGEND)
+st.image(legend, width=legend.shape[1], output_format="PNG")
+st.caption(legend_text(TURN_LEGEND))
+pages = tv.shot_pages(len(shots))
+if ui.qp("shots") and ui.qp("shots") not in {str(i) for i in range(1, len(pages) + 1)}:
+    st.warning(f"URL parameter `shots` = {ui.md_code(ui.qp('shots'), 40)} is no page of this turn's "
+               f"{len(pages)} page(s) of inspected episodes: dropped.", icon="🚫")
+if len(pages) > 1:
+    st.selectbox("Inspected episodes shown", range(len(pages)),
+                 format_func=lambda i: f"{pages[i][0] + 1}–{pages[i][1]} of {len(shots)}",
+                 **ui.bound("w_rt_shots", "shots", 0, lambda v: i if 0 <= (i := int(v) - 1) < len(pages) else None,
+                            lambda i: i + 1))
+lo_i, hi_i = pages[int(st.session_state.get("w_rt_shots") or 0)] if pages else (0, 0)
+refs: list[tuple[str, str, Run | None, int | None, str | None, int | None, object]] = [
+    (f"had · {sf.label}", key, run, sf.step, sf.episode, None, None)
+    for sf in tv.start_frames(run, t.first_step, t.life)]
+for s in shots[lo_i:hi_i]:
+    caption = f"inspected {s.label} · " + (f"step {s.step}" + (" of that run" if s.origin else "")
+                                           if s.step is not None else "end observation") + f" · {s.why}"
     try:
-        holder, step, ep, life = run_pages.frame_holder(run, r.episode, target, life)
-        refs.append((caption, copy_key(key) if r.inherited else key, holder, step, ep, life))
+        holder, step, ep, life = run_pages.frame_holder(run, s.episode, s.step, None)
+        refs.append((caption, copy_key(key) if s.origin else key, holder, step, ep, life, s))
     except FrameError as e:
-        refs.append((f"{caption}: {e}", key, None, None, None, None))
+        refs.append((f"{caption}: {e}", key, None, None, None, None, s))
 cols = st.columns(max(1, len(refs)))
-for col, (caption, _, holder, step, ep, life) in zip(cols, refs):
+for col, (caption, _, holder, step, ep, life, shot) in zip(cols, refs):
     if holder is None:
         col.warning(ui.md(caption))
         continue
     try:
         img = ui.frame(holder, step=step, episode=ep, life=life)
-        col.image(run_pages.upscale(img), caption=ui.md(caption), output_format="PNG")
+        if isinstance(shot, tv.InspectedShot):
+            img = outline_groups(img, [([f.tile for f in shot.shown if f.tile and f not in shot.on_target],
+                                        FIND_OUTLINE),
+                                       ([f.tile for f in shot.on_target if f.tile], TARGET_OUTLINE)],
+                                 factor=max(1, 256 // img.shape[1]), width=2)
+        else:
+            img = run_pages.upscale(img)
+        col.image(img, caption=ui.md(caption), output_format="PNG")
     except (FrameError, UnsafePath, KeyError) as e:
         col.warning(f"{ui.md(caption)}: {ui.md(e)}")
-frames_q = ",".join(f"{k}:{ep if ep else step}" for _, k, holder, step, ep, _ in refs if holder is not None)
+frames_q = [f"{k}:{ep if ep else step}" for _, k, holder, step, ep, _, _ in refs if holder is not None]
 if frames_q:
-    st.page_link(ui.pages()["frames"], label="Compare these frames in Frames", icon=":material/compare:",
-                 query_params=ui.link_params(frames=frames_q))
+    st.page_link(ui.pages()["frames"], label="Compare these frames in Frames"
+                 + (f" (the first {FRAMES_MAX})" if len(frames_q) > FRAMES_MAX else ""), icon=":material/compare:",
+                 query_params=ui.link_params(frames=",".join(frames_q[:FRAMES_MAX])))

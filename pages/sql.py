@@ -1,5 +1,6 @@
 """SQL: read-only queries over the focused run's tables, in the sandbox of ``loaders.usersql``
-(one read statement, a private locked-down DuckDB per query, a time limit and a row limit)."""
+(one read statement, a private locked-down DuckDB per query in a worker process with a memory
+limit, a time limit, and row and size limits on the result)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -7,7 +8,7 @@ import streamlit as st
 
 from dashboard import ui
 from loaders.run import TABLE_NAMES
-from loaders.usersql import MAX_ROWS, TIMEOUT_S, run_user_query
+from loaders.usersql import MAX_BYTES, MAX_ROWS, TIMEOUT_S, memory_text, run_user_query
 
 DEFAULT = "SELECT action_kind, count(*) AS episodes FROM episodes GROUP BY 1 ORDER BY episodes DESC"
 
@@ -15,9 +16,11 @@ _, focus = ui.sidebar(("q",))
 key, run = ui.need_run(focus)
 st.title("SQL")
 st.caption(f"{ui.md_code(key)} · DuckDB over this run's tables, rebuilt from its files. Read-only: one SELECT-like statement "
-           f"per query (DDL, writes, ATTACH, COPY, SET and PRAGMA are refused), run on a private in-memory database "
-           f"that is thrown away afterwards, with file, network and extension access off; stopped after "
-           f"{TIMEOUT_S:g} s, and at most {MAX_ROWS:,} rows are shown.")
+           f"per query (DDL, writes, ATTACH, COPY, SET and PRAGMA are refused, and so are the settings and "
+           f"catalogs that show server folders), run on a private in-memory database that is thrown away "
+           f"afterwards, with file, network and extension access off, in a worker process that may use "
+           f"{memory_text()}; stopped after {TIMEOUT_S:g} s, and at most {MAX_ROWS:,} rows and "
+           f"{MAX_BYTES / 2**20:g} MB are shown.")
 with st.expander("Tables and columns"):
     st.dataframe(pd.DataFrame([{"table": t, "rows": len(run.table(t)),
                                 "columns": ", ".join(map(str, run.table(t).columns))} for t in TABLE_NAMES.values()]),

@@ -7,7 +7,7 @@ import streamlit as st
 from dashboard import figures, ui, vega_charts
 from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.theme import STATUS_LABELS
-from dashboard.scrubber import frame_scrubber
+from dashboard.scrubber import LABEL, frame_scrubber
 from loaders import run_pages
 from loaders.inherited import episode_label, is_inherited
 from loaders.run import Run
@@ -207,15 +207,23 @@ if row.frames:
 
 
 scrub_data = ui.cached(episode_scrub, max_entries=16)
+BACK_STEPS = 8  # the scrubber also steps through this many steps before the episode, in its life
 
 
 @st.fragment
 def _scrubber(row: IndexRow) -> None:
-    """The episode's frames step by step, stepped in the browser (``dashboard.scrubber``): a
-    step paints at once; the step settled on comes back here (a fragment: only this part
-    reruns) to keep the URL and the link below in step."""
-    lo_s, hi_s = row.first_step + 1, row.first_step + row.frames
-    ui.bound("w_step", "step", lo_s, lambda v: s if lo_s <= (s := int(v)) <= hi_s else None, sync=True)
+    """The episode's frames step by step, from :data:`BACK_STEPS` steps before it in the same
+    life (what led to it), stepped in the browser (``dashboard.scrubber``): a step paints at
+    once; the step settled on comes back here (a fragment: only this part reruns) to keep the
+    URL and the link below in step."""
+    own, hi_s = row.first_step + 1, row.first_step + row.frames
+    try:
+        start, frames, captions = scrub_data(run, row.id, BACK_STEPS)
+    except (FrameError, UnsafePath) as e:
+        st.error(f"Frames of {ui.md(row.id)} cannot be shown: {ui.md(e)}")
+        return
+    lo_s = min(start, own) if frames else own
+    ui.bound("w_step", "step", own, lambda v: s if lo_s <= (s := int(v)) <= hi_s else None, sync=True)
 
     def moved() -> None:
         got = (st.session_state.get("w_scrub") or {}).get("step")
@@ -223,11 +231,12 @@ def _scrubber(row: IndexRow) -> None:
             st.session_state["w_step"] = got
             ui.set_qp(step=got)
 
-    try:
-        start, frames, captions = scrub_data(run, row.id)
-        frame_scrubber(row.id, start, frames, captions, st.session_state["w_step"], "w_scrub", moved)
-    except (FrameError, UnsafePath) as e:
-        st.error(f"Frames of {ui.md(row.id)} cannot be shown: {ui.md(e)}")
+    label = f"{LABEL}, from {own - lo_s} step(s) before it" if lo_s < own else None
+    frame_scrubber(row.id, start, frames, captions, st.session_state["w_step"], "w_scrub", moved,
+                   **({"label": label} if label else {}))
+    if lo_s < own:
+        st.caption(f"Steps {lo_s}–{own - 1} belong to the episode(s) before {ui.md(row.id)} in life {row.life}: "
+                   "what led to it.")
     cur = st.session_state["w_step"]
     prev = max(first, cur - 1)
     st.page_link(ui.pages()["frames"], label=f"Compare step {cur} with the previous step in Frames",

@@ -10,7 +10,7 @@ from dashboard import ui
 from dashboard.core import copy_key, parse_int
 from dashboard.scrubber import frame_scrubber
 from loaders import turns as tv
-from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, outline_groups
+from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, TURN_LEGEND, legend_image, legend_text, outline_groups
 from loaders.run_pages import upscale
 from loaders.scrubber import steps_scrub
 from mfm.boundary import UnsafePath
@@ -61,7 +61,7 @@ if v is None:
     st.error(f"Turn {turn} is not in {ui.md_code(key)}.")
     st.stop()
 pos = f"({v.position[0]:g}, {v.position[1]:g})" if v.position else "unknown"
-st.subheader(f"Turn {v.turn} · life {v.life} · steps {v.first_step}–{v.last_step}")
+st.subheader(f"Turn {v.turn} · life {v.life} · {tv.turn_steps(v.first_step, v.last_step)}")
 st.markdown(f"**Position** {pos} in life {v.life} · **policy** {ui.md_code(v.policy)}"
             + (" · **retargets**" if v.retargets else ""))
 
@@ -137,15 +137,25 @@ def _thumbs(ids: tuple[str, ...]) -> None:
 
 
 def _write(w: tv.WriteView) -> None:
-    st.markdown(f"write {w.seq} · {ui.md_code(w.path)} · {ui.md(w.op)} by {ui.md(w.author)} at step {w.step} — "
-                f"{ui.md(w.reason)}" + (f" · sources {ui.md(', '.join(w.sources))}" if w.sources else ""))
-    st.code(w.diff or "(no textual change)", language="diff")
-    st.page_link(ui.pages()["memory"], label=f"Open {ui.md(w.path)} as of step {w.step} in Memory",
+    held = f" (holds from step {w.as_of}, the turn's first step: a plan update)" if w.as_of != w.step else ""
+    st.markdown(f"write {w.seq} · {ui.md_code(w.path)} · {ui.md(w.op)} by {ui.md(w.author)} at step {w.step}{held}"
+                f" — {ui.md(w.reason)}" + (f" · sources {ui.md(', '.join(w.sources))}" if w.sources else ""))
+    rows = tv.line_diff(w.before, w.after)
+    if len(rows):
+        st.dataframe(tv.styled_diff(rows), hide_index=True, width="stretch", key=f"turn_write_{w.seq}",
+                     column_config=tv.DIFF_CONFIG)
+    else:
+        st.caption("(no textual change)")
+    st.page_link(ui.pages()["memory"], label=f"Open {ui.md(w.path)} as of step {w.as_of} in Memory",
                  icon=":material/description:",
-                 query_params=ui.link_params(file=w.path, asof=w.step))
+                 query_params=ui.link_params(file=w.path, asof=w.as_of))
 
 
 target_cells = {(t.x, t.y) for t in v.targets}
+if any(c.tool == "inspect" for c in v.calls):
+    legend = legend_image(TURN_LEGEND)
+    st.image(legend, width=legend.shape[1], output_format="PNG")
+    st.caption(legend_text(TURN_LEGEND))
 for c in v.calls:
     title = f"{c.index + 1}. {c.tool}"
     if c.tool == "search":

@@ -2,6 +2,7 @@
 (Playwright + Chromium). The ``browser`` and ``page`` fixtures are in ``conftest.py``."""
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import parse_qs, urlencode, urlparse
 
+import numpy as np
 import pytest
+from PIL import Image
 
 CHROMIUM = os.environ.get("MFM_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -114,3 +117,25 @@ def screenshot(pg, path: Path, tall: int = 2000) -> None:
 def query(pg) -> dict[str, str]:
     """The page's query parameters as the browser has them now (after history updates)."""
     return {k: v[-1] for k, v in parse_qs(urlparse(pg.evaluate("location.href")).query).items()}
+
+
+def see(pg, text: str) -> None:
+    """Wait until a visible element holds ``text``."""
+    pg.get_by_text(text, exact=False).filter(visible=True).first.wait_for(state="visible", timeout=60_000)
+
+
+def image_with_caption(pg, base: str, caption: str) -> np.ndarray:
+    """The pixels of the image whose caption contains ``caption``, as the browser got them."""
+    src = pg.evaluate("""(cap) => {
+        for (const c of document.querySelectorAll('[data-testid="stImageCaption"]')) {
+            if (c.innerText.includes(cap)) {
+                let box = c.parentElement;
+                while (box && !box.querySelector('img')) box = box.parentElement;
+                return box ? box.querySelector('img').getAttribute('src') : null;
+            }
+        }
+        return null;
+    }""", caption)
+    assert src, f"no image captioned {caption!r}"
+    body = pg.request.get(src if src.startswith("http") else base + src).body()
+    return np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -14,6 +14,10 @@ from mfm.agent.config import LLMConfig
 
 POS = re.compile(r"pos \((-?\d+), (-?\d+)\)")
 BAD_PROCEDURE = {"name": "fly_home", "description": "not an atom", "steps": [{"atom": "fly", "args": {}}]}
+TIMEOUT_DELAY_S = 30.0
+"""How long the scripted "timeout" keeps the client waiting: far longer than any client timeout
+the tests set (1 s), so a loaded machine cannot turn it into an answer; the server stops
+waiting as soon as the client hangs up, so the test spends only the client's timeout on it."""
 GOOD_PROCEDURE = {"name": "wood_at", "description": "collect the tree at a cell", "params": ["x", "y"],
                   "steps": [{"atom": "collect", "args": {"material": "tree", "x": "$x", "y": "$y"}}]}
 FORCED_ATOMS = {9: "go_to", 10: "look_at", 11: "face", 12: "place", 13: "craft", 14: "drink", 15: "eat",
@@ -68,7 +72,7 @@ class ScriptedModel:
         if item == "server_error":
             return 500, {"error": {"message": "boom", "type": "server_error"}}, 0.0
         if item == "timeout":
-            return 200, self.call("explore", {"x": 1, "y": 1}), 1.5
+            return 200, self.call("explore", {"x": 1, "y": 1}), TIMEOUT_DELAY_S
         if item == "refusal":
             return 200, {"id": "r", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [{
                 "index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": None,
@@ -159,7 +163,8 @@ def serve(model: ScriptedModel) -> tuple[ThreadingHTTPServer, str]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with lock:
                 status, out, wait = model.reply(body)
-            time.sleep(wait)
+            if wait and select.select([self.connection], [], [], wait)[0]:
+                return  # the client hung up (timed out): nobody is left to answer
             data = json.dumps(out).encode()
             try:
                 self.send_response(status)

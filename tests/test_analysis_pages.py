@@ -203,7 +203,8 @@ def test_memory_page_renders_without_html(root: Path) -> None:
     assert not at.exception and at.query_params["asof"] == "15"
     prov = table_with(at, "removed_at")
     assert prov.loc[prov["text"] == "- wood at A", "removed_at"].iloc[0] == "25"
-    assert any(c.language == "diff" and "+- coal at C" in c.value for c in at.code)
+    diff = table_with(at, "change")
+    assert list(diff.loc[diff["change"] == "added", "text"]) == ["- coal at C"]
 
 
 def test_memory_page_procedure_is_text(root: Path) -> None:
@@ -315,8 +316,8 @@ def test_memory_page_shows_the_plan_being_followed_and_diffs_by_default(monkeypa
     shown = next(c.value for c in at.code if c.language == "markdown")
     want = [f"{i}. ({p['x']}, {p['y']}) {p['label']}" for i, p in enumerate(turn["plan_after"], 1)]
     assert [ln for ln in shown.splitlines() if ln[:1].isdigit()] == want
-    diffs = [c.value for c in at.code if c.language == "diff"]
-    assert len(diffs) == 1 and any(ln.startswith("+") and not ln.startswith("+++") for ln in diffs[0].splitlines())
+    diffs = [d.value for d in at.dataframe if "change" in d.value.columns]
+    assert len(diffs) == 1 and (diffs[0]["change"] == "added").any()
     assert not any("No change" in c.value for c in at.caption)
 
 

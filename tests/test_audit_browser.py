@@ -3,18 +3,18 @@ Playwright + headless Chromium. Every fact looked for is read from the run's raw
 (json, PIL), not from the loaders. Screenshots go to /tmp/audit_shots/."""
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from conftest import REPO
-from dash_browser import dashboard, needs_browser, no_exception, query, screenshot, settle, url
+from dash_browser import (dashboard, image_with_caption, needs_browser, no_exception, query, screenshot, see, settle,
+                          url)
 from raw import action_of, collect_failure, crowded_turn, found_at_target, jsonl, respawn_turn, stored_frame
+from raw_whole import strip_steps
 
 pytestmark = [needs_browser, pytest.mark.browser, pytest.mark.slow]
 
@@ -50,25 +50,11 @@ def shot(pg, name: str, tall: int = 2400) -> None:
     screenshot(pg, SHOTS / f"{name}.png", tall)
 
 
-def see(pg, text: str) -> None:
-    pg.get_by_text(text, exact=False).filter(visible=True).first.wait_for(state="visible", timeout=60_000)
-
-
-def image_with_caption(pg, base: str, caption: str) -> np.ndarray:
-    """The pixels of the image whose caption contains ``caption``, as the browser got them."""
-    src = pg.evaluate("""(cap) => {
-        for (const c of document.querySelectorAll('[data-testid="stImageCaption"]')) {
-            if (c.innerText.includes(cap)) {
-                let box = c.parentElement;
-                while (box && !box.querySelector('img')) box = box.parentElement;
-                return box ? box.querySelector('img').getAttribute('src') : null;
-            }
-        }
-        return null;
-    }""", caption)
-    assert src, f"no image captioned {caption!r}"
-    body = pg.request.get(src if src.startswith("http") else base + src).body()
-    return np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))
+def table_rows(pg) -> list[list[str]]:
+    """The rows shown of every table of the page (``st.dataframe`` draws on a canvas; its cells
+    are read from the accessible table it keeps beside it), as cell texts."""
+    return pg.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stDataFrame"] table tr'))
+        .map(tr => Array.from(tr.querySelectorAll('td')).map(td => td.textContent))""")
 
 
 def code_texts(pg) -> str:
@@ -102,7 +88,8 @@ def test_a_respawn_turn_in_one_place(server, page) -> None:
 
     page.goto(url(server, "turns", runs=KEY, turn=str(n)))
     settle(page, timeout=120)
-    see(page, f"Turn {n} · life {life} · steps {turn['first_step']}–{turn['last_step']}")
+    see(page, f"Turn {n} · life {life} · steps {turn['first_step'] + 1}–{turn['last_step']} "
+              f"(decided at step {turn['first_step']})")
     see(page, f"({respawn['x']}, {respawn['y']}) in life {life}")
     see(page, f"first frame of life {life} after step {turn['first_step']}")
     see(page, f"search · {len(ids)} episode(s) returned")
@@ -121,7 +108,7 @@ def test_a_respawn_turn_in_one_place(server, page) -> None:
     plain = np.any(img != OUTLINE, axis=-1) & np.any(img != FIND, axis=-1)
     assert plain.mean() > 0.8 and np.array_equal(img[plain], expected[plain])  # pixel-exact but for outlines
     see(page, f"write {write['seq']} · mine/GUIDE.md")
-    assert "+" + added in code_texts(page)
+    assert ["added", added] in [[r[0], r[-1]] for r in table_rows(page) if r]
     see(page, f"{target['kind']} ({target['x']}, {target['y']}): new target")
     shot(page, f"turn_{n}", tall=5200)
     assert query(page)["turn"] == str(n)
@@ -165,7 +152,7 @@ def test_failure_finder_to_world_aligned_diff(server, page) -> None:
     see(page, f"step {after} · FAILURE STEP")
     assert query(page)["ep"] == ep["id"]
     captions = [c for c in page.locator('[data-testid="stImageCaption"]').all_inner_texts() if c.startswith("step ")]
-    assert len(captions) == ep["frames"]
+    assert [int(c.split(" ")[1]) for c in captions] == strip_steps(run_dir, ep)
     shot(page, f"failures_{ep['id']}", tall=1800)
 
     page.get_by_text(f"Compare step {before} with step {after} in Frames (world-aligned)").first.click()

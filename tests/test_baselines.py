@@ -75,17 +75,21 @@ def test_direct_has_no_memory(runs: dict[str, Path]) -> None:
         assert "recent:" not in t["note"] and "map:" not in t["note"] and "grid:" not in t["note"]
 
 
-def test_pro_long_only_greps_its_text_log(runs: dict[str, Path]) -> None:
+def test_pro_long_searches_only_by_grep_of_its_text_log(runs: dict[str, Path]) -> None:
+    """PRO-LONG searches its past only by grep of ``logs.txt`` and reopens no frame; since
+    issue 44 it has the notes, procedures and map every method with memory has."""
     d = runs["pro-long"]
     cs = calls(d)
-    assert cs and {c["tool"] for c in cs} == {"search"}
-    assert all(c["args"]["file"] == "logs.txt" and "grep" in c["args"] for c in cs)
-    assert writes(d) == []
+    searches = [c for c in cs if c["tool"] == "search"]
+    assert searches and all(c["args"]["file"] == "logs.txt" and "grep" in c["args"] for c in searches)
+    assert not [c for c in cs if c["tool"] == "inspect"]
+    paths = {w["path"] for w in writes(d)}
+    assert {"mine/GUIDE.md", "mine/working.md"} <= paths
+    assert all(p in ("mine/GUIDE.md", "mine/working.md") or p.startswith("mine/procedures/") for p in paths)
     m = json.loads((d / "run.json").read_text())["config"]["memory"]
-    assert m["grid_routing"] is False and m["frames"] is None
-    assert all("grid:" not in t["note"] for t in lines(d / "turns.jsonl"))
+    assert m["grid_routing"] is True and m["frames"] is None and m["search"] == "log"
     log = (d / "logs.txt").read_text()
-    assert "[STATE] at (" in log and "collected wood at (" in log
+    assert "[STATE] at (" in log and "collected wood at (" in log and "\n[SEEN] tree at (" in log
 
 
 def test_vista_reads_frames_by_turn_and_writes_two_notes_files(runs: dict[str, Path]) -> None:
@@ -95,8 +99,8 @@ def test_vista_reads_frames_by_turn_and_writes_two_notes_files(runs: dict[str, P
     inspects = [c for c in cs if c["tool"] == "inspect"]
     assert inspects and all(c["args"]["by"] == "turn" for c in inspects)
     paths = {w["path"] for w in writes(d)}
-    assert paths and paths <= {"mine/GUIDE.md", "mine/working.md"}
-    assert all("grid:" not in t["note"] for t in lines(d / "turns.jsonl"))
+    notes = {p for p in paths if not p.startswith("mine/procedures/")}
+    assert notes == {"mine/GUIDE.md", "mine/working.md"}
 
 
 def test_mfm_ablations_switch_off_one_component(runs: dict[str, Path]) -> None:
@@ -121,9 +125,12 @@ def test_mfm_ablations_switch_off_one_component(runs: dict[str, Path]) -> None:
     assert [r for r in (w["reason"] for w in writes(runs["mfm"])) if r.startswith(CONSOLIDATION_REASONS)]
 
 
-def test_ablations_only_apply_to_mfm() -> None:
+def test_ablations_only_apply_to_mfm_but_the_uncapped_arm_to_every_method_with_notes() -> None:
     with pytest.raises(ValueError):
         RunConfig(method="vista", ablations=("no-frames",))
+    with pytest.raises(ValueError):
+        RunConfig(method="direct", ablations=("no-budget",))
+    assert RunConfig(method="pro-long", ablations=("no-budget",), seed=1).run_name == "diamond_pro-long-no-budget_s1"
     with pytest.raises(ValueError):
         RunConfig(method="mfm", ablations=("no-index", "no-index"))
     assert RunConfig(method="mfm", ablations=("no-index",), seed=3).run_name == "diamond_mfm-no-index_s3"
@@ -169,7 +176,7 @@ def test_retrieval_ages_and_run_measures(runs: dict[str, Path]) -> None:
     turns = [TurnRow.from_dict(t) for t in lines(d / "turns.jsonl")]
     index = [IndexRow.from_dict(x) for x in lines(d / "index.jsonl")]
     ages = retrieval_ages(turns, index)
-    expected = sum(len(c["result"]["ids"]) for t in lines(d / "turns.jsonl") for c in t["calls"])
+    expected = sum(len(c["result"]["ids"]) for t in lines(d / "turns.jsonl") for c in t["calls"] if c["tool"] == "search")
     assert len(ages) == expected > 0 and all(a >= 0 and tool == "search" for tool, a in ages)
     m = measure(open_run(runs["mfm"]))
     raw = json.loads((runs["mfm"] / "run.json").read_text())
@@ -223,7 +230,7 @@ def test_sweep_skips_finished_runs_and_survives_crashes(tmp_path: Path, monkeypa
     assert final["diamond_direct_s5"].startswith(f"crashed (killed after {LIMIT:g} s")
     m = json.loads((tmp_path / "diamond_direct_s5" / "run.json").read_text())
     assert m["status"] == "crashed" and "killed" in m["end_reason"] and m["last_step"] > 0
-    assert state(jobs[0])[0] == "finished" and "done 4/4" in (tmp_path / "p.txt").read_text()
+    assert state(jobs[0])[0] == "finished" and "sweep: 4/4 runs after " in (tmp_path / "p.txt").read_text()
     again = run_sweep(jobs + [killed], parallel=2, poll=0.2, stream=open(tmp_path / "p2.txt", "w"))
     assert again["diamond_direct_s0"] == "skipped (finished)" and again["diamond_mfm_s0"] == "skipped (finished)"
     assert again["diamond_direct_s5"].startswith("skipped (crashed")

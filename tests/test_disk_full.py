@@ -237,7 +237,7 @@ def _mfm_run(out: Path, steps: int) -> subprocess.Popen:
 def _said(stderr: str) -> list[str]:
     """The lines ``mfm run`` printed to stderr, without its progress lines."""
     assert "Traceback" not in stderr, stderr
-    return [x for x in stderr.splitlines() if x.strip() and not x.startswith("step ")]
+    return [x for x in stderr.splitlines() if x.strip() and not x.startswith("run: ")]
 
 
 def test_mfm_run_on_a_disk_that_fills_up(tmp_path: Path) -> None:

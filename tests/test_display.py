@@ -102,6 +102,9 @@ def test_run_shows_its_header_and_the_milestones_of_its_file(name):
     html = run_html(open_run(run_dir))
     for value in (manifest["method"], f"seed {manifest['seed']}", manifest["status"], manifest["task"]):
         assert str(value) in html
+    from mfm.validate import validate
+
+    assert f"problems {len(validate(run_dir).problems)} " in html  # a number, from the core's own reader
     text = repr(open_run(run_dir))
     got = sum(1 for n in manifest["milestone_order"] if n in manifest["milestones"])
     assert f"{got}/{len(manifest['milestone_order'])} milestones" in text and name in text

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import REPO, open_app, texts, use_root
 from raw import action_of, collect_failure, sample_runs
+from raw_whole import strip_steps
 from loaders import failures as fl
 from loaders.run import open_run
 
@@ -105,7 +106,9 @@ def test_filmstrip_outlines_the_target() -> None:
     target = (action["args"]["x"], action["args"]["y"])
     steps = {s["step"]: s for s in _rows("steps.jsonl", run_dir) if s["life"] == ref["life"]}
     strip = fl.filmstrip(run, ref["id"], target)
-    assert [f.step for f in strip] == list(range(ref["first_step"] + 1, ref["first_step"] + 1 + ref["frames"]))
+    assert [f.step for f in strip] == strip_steps(run_dir, ref)
+    assert [f.step for f in fl.filmstrip(run, ref["id"], target, back=0)] == list(
+        range(ref["first_step"] + 1, ref["first_step"] + 1 + ref["frames"]))
     for f in strip:
         s = steps[f.step]
         col, row = target[0] - s["x"] + 4, target[1] - s["y"] + 3
@@ -117,8 +120,8 @@ def test_filmstrip_outlines_the_target() -> None:
     unit = 7 * 2
     col, row = f.target_tile
     assert img.shape == (128, 128, 3)
-    assert img[row * unit:(row + 1) * unit, col * unit].tolist() == [[255, 220, 0]] * unit
-    assert img[row * unit, col * unit:(col + 1) * unit].tolist() == [[255, 220, 0]] * unit
+    assert img[row * unit:(row + 1) * unit, col * unit].tolist() == [[0, 230, 255]] * unit
+    assert img[row * unit, col * unit:(col + 1) * unit].tolist() == [[0, 230, 255]] * unit
     assert tuple(img[row * unit + 5, col * unit + 5]) == tuple(frame[row * 7 + 2, col * 7 + 2])
 
 
@@ -126,7 +129,9 @@ def test_failure_without_frames(run) -> None:
     ref = next(r for r in _rows("index.jsonl") if r.get("outcome") == "failed" and r["frames"] == 0
                and r["first_step"] > 0)
     strip = fl.filmstrip(run, ref["id"], None)
-    assert [(f.step, f.role) for f in strip] == [(ref["first_step"], "before")]
+    assert [f.step for f in strip] == strip_steps(RUN, ref) and strip[-1].step == ref["first_step"]
+    assert [(f.step, f.role) for f in strip[-2:]] == [(ref["first_step"] - 1, "before"), (ref["first_step"], "after")]
+    assert [(f.step, f.role) for f in fl.filmstrip(run, ref["id"], None, back=0)] == [(ref["first_step"], "after")]
 
 
 def test_failures_page(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,8 +99,9 @@ def renders_image(markdown: str, html: bool = True) -> bool:
 
 
 def unescape(markdown: str) -> str:
-    """What CommonMark shows for text made only of backslash escapes and plain characters."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+    """What CommonMark shows for text made only of backslash escapes and plain characters,
+    without the invisible word joiners that keep bare URLs and e-mail addresses from linking."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("\u2060", "")
 
 
 @pytest.mark.parametrize("text", [

@@ -1,9 +1,12 @@
 """SQL typed by a hostile user (the SQL page; a query can come from a link): only read statements
-run, each on a private DuckDB, under a time limit and a row limit (issue 19, findings 2 and 3)."""
+run, each on a private DuckDB in a worker process, under a time limit and a row limit (issue 19,
+findings 2 and 3), and nothing shows the server's folders (issue 47, finding 8). The memory a
+query may take is tested in ``test_sql_memory.py``."""
 from __future__ import annotations
 
-import resource
+import os
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +17,7 @@ import pytest
 from conftest import REPO, open_app, use_root
 from loaders import Run, open_run
 from loaders.run import TABLE_NAMES
-from loaders.usersql import ROW_CHARS, private_dir, run_user_query
+from loaders.usersql import DENIED_FUNCTIONS, ROW_CHARS, private_dir, run_user_query, worker_pids
 
 SAMPLE = "diamond_mfm_s2"
 COUNT = "SELECT count(*) AS n FROM episodes"
@@ -110,7 +113,52 @@ def test_duckdb_never_uses_the_working_directory_tmp(run: Run, cwd_tmp: Path) ->
     assert list(cwd_tmp.iterdir()) == []
     [(temp,)] = run.sql("SELECT current_setting('temp_directory')").fetchall()
     assert Path(temp) == Path(private_dir()) and Path(private_dir()).stat().st_mode & 0o077 == 0
-    assert run_user_query(run, "SELECT current_setting('temp_directory') AS t").df["t"][0].startswith(private_dir())
+    res = run_user_query(run, "SELECT current_setting('temp_directory') AS t")
+    assert res.df is None and res.message.startswith("Refused: current_setting")
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT current_setting('temp_directory')",
+    "SELECT \"current_setting\"('home_directory')",
+    "SELECT upper(CURRENT_SETTING('secret_directory'))",
+    "SELECT list_transform([1], lambda x: current_setting('extension_directory'))",
+    "FROM duckdb_settings()",
+    "SELECT value FROM duckdb_settings() WHERE name = 'temp_directory'",
+    "SELECT * FROM pragma_database_list()",
+    "FROM duckdb_databases()",
+    "SELECT install_path FROM duckdb_extensions()",
+    "FROM duckdb_temporary_files()",
+    "FROM duckdb_secrets()",
+    "DESCRIBE SELECT current_setting('temp_directory')",
+    "SUMMARIZE FROM duckdb_settings()",
+    "WITH s AS (FROM duckdb_settings()) SELECT * FROM s",
+    "PIVOT (SELECT current_setting ('temp_directory') AS t) ON t",
+    "PIVOT (SELECT current_setting/* a comment */('temp_directory') AS t) ON t",
+    "FROM query('SELECT current_setting(''temp_directory'')')",
+    "FROM query_table('episodes')",
+    "FROM enable_logging()",
+])
+def test_settings_and_catalogs_that_show_paths_are_refused(run: Run, query: str) -> None:
+    res = run_user_query(run, query)
+    assert res.df is None and res.message.startswith("Refused: ")
+    assert query.startswith("PIVOT") or any(name in res.message for name in DENIED_FUNCTIONS)
+
+
+def test_allowed_catalog_functions_show_no_server_folder(run: Run) -> None:
+    """Every DuckDB table function without arguments that a query may call shows none of this
+    machine's folders (the private folder, the working directory, home, Python's prefix)."""
+    con = duckdb.connect()
+    names = sorted({n for (n,) in con.sql("SELECT function_name FROM duckdb_functions() "
+                                           "WHERE function_type = 'table' AND parameters = []").fetchall()})
+    con.close()
+    allowed = [n for n in names if n not in DENIED_FUNCTIONS and n != "seq_scan"]
+    assert len(allowed) > 20 and "duckdb_functions" in allowed
+    folders = [private_dir(), os.getcwd(), str(Path.home()), sys.prefix, str(REPO)]
+    for name in allowed:
+        res = run_user_query(run, f"FROM {name}()")
+        assert res.df is not None, (name, res.message)
+        text = res.df.astype(str).to_csv()
+        assert not [f for f in folders if f in text], name
 
 
 def test_file_functions_stay_blocked(run: Run, tmp_path: Path) -> None:
@@ -122,17 +170,30 @@ def test_file_functions_stay_blocked(run: Run, tmp_path: Path) -> None:
 
 
 def test_messages_hold_no_server_paths(run: Run, cwd_tmp: Path) -> None:
-    res = run_user_query(run, "SELECT * FROM read_csv(current_setting('temp_directory') || '/nope.csv')")
-    assert res.df is None and "<duckdb-temp>/" in res.message and private_dir() not in res.message
-    assert str(cwd_tmp.parent) not in res.message
+    res = run_user_query(run, f"SELECT * FROM read_csv('{private_dir()}/nope.csv')")
+    assert res.df is None and "<duckdb-temp>/nope.csv" in res.message and private_dir() not in res.message
+    res = run_user_query(run, f"SELECT * FROM read_csv('{cwd_tmp}/nope.csv')")
+    assert res.df is None and "./.tmp/nope.csv" in res.message and str(cwd_tmp.parent) not in res.message
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` (all its threads), from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_time_limit_stops_the_query(run: Run) -> None:
+    """The query's own work: the worker process that ran it (nothing else runs there) is the
+    same one afterwards (the interrupt stopped the query: no kill was needed) and spends no CPU
+    once the answer is in."""
+    assert run_user_query(run, COUNT).message is None
+    [pid] = worker_pids()
     res = run_user_query(run, LONG, timeout_s=1)
     assert res.df is None and res.message.startswith("Interrupted after 1 s (time limit)")
-    cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    assert worker_pids() == [pid]
+    cpu = cpu_seconds(pid)
     time.sleep(2)
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu < 1, "the interrupted query is still running"
+    assert cpu_seconds(pid) - cpu < 0.5, "the interrupted query is still running"
     assert run_user_query(run, COUNT).df["n"].tolist() == [len(run.episodes())]
 
 

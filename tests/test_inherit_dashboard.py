@@ -15,6 +15,7 @@ import pytest
 
 from conftest import open_app, texts, use_root
 from raw import jsonl, stored_frame
+from raw_whole import inspected_episodes, shown_step
 from loaders import analysis_pages as ap
 from loaders import provenance as pv
 from loaders import run_pages as rp
@@ -186,25 +187,27 @@ def test_retarget_audit_names_inherited_inspections(root: Path) -> None:
 
 
 def test_retargeting_page_shows_inherited_frames_from_the_copy(root: Path) -> None:
-    def shown(t: dict) -> list[dict]:
-        return [c for c in t["calls"] if c["tool"] == "inspect"][:3]
+    def shown(t: dict) -> list[str]:
+        return inspected_episodes(t)[:3]
+
+    def found(t: dict, ep: str) -> bool:
+        return any(c["result"].get("found") for c in t["calls"] if c["tool"] == "inspect" and c["args"]["episode"] == ep)
 
     turn = next(t for t in jsonl(root / NEW / "turns.jsonl") if any(not g.get("in_plan") for g in t["targets"])
-                and any(c["args"]["episode"].startswith("inherited:") for c in shown(t))
-                and all(c["result"].get("found") for c in shown(t)))
+                and any(ep.startswith("inherited:") for ep in shown(t)) and all(found(t, ep) for ep in shown(t)))
     at = open_app("retargeting", runs=NEW, turn=str(turn["turn"]))
     assert not at.warning, [w.value for w in at.warning]
     name = origin_name(root)
     captions = images(at)
-    frames = links(at)["Compare these frames in Frames"]["frames"][0].split(",")
-    for c in shown(turn):
-        ep = c["args"]["episode"]
-        step = min(f["step"] for f in c["result"]["found"])
+    frames = next(v for k, v in links(at).items() if k.startswith("Compare these frames in Frames"))["frames"][0]
+    frames = frames.split(",")
+    for ep in shown(turn):
+        step, _ = shown_step(turn, ep, None)
         if ep.startswith("inherited:"):
-            assert f"inspected {ep} (from run {name}) · step {step} of that run" in captions
+            assert any(c.startswith(f"inspected {ep} (from run {name}) · step {step} of that run · ") for c in captions)
             assert f"{COPY}:{step}" in frames
         else:
-            assert f"inspected {ep} · step {step}" in captions and f"{NEW}:{step}" in frames
+            assert any(c.startswith(f"inspected {ep} · step {step} · ") for c in captions) and f"{NEW}:{step}" in frames
 
 
 def test_provenance_graph_names_inherited_sources(root: Path) -> None:

@@ -4,6 +4,7 @@ and ``mfm validate`` without pandas, DuckDB, pyarrow or Streamlit; the ``read`` 
 which one in one line. ``mfm validate`` prints the same with the pure reader and the fast one."""
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -155,3 +156,53 @@ def test_core_install_in_a_fresh_virtualenv(tmp_path: Path):
     for argv, extra, _ in WITHOUT_EXTRA:
         got = sh(mfm_cli, *argv)
         assert (got.returncode, got.stdout, got.stderr) == (2, "", needs(argv[0], extra) + "\n"), argv
+    version = sh(mfm_cli, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("mfm "), version.stdout + version.stderr
+    api = sh(python, "-c", "from loaders import open_run")
+    assert api.returncode == 1 and api.stderr.strip().splitlines()[-1].endswith('pip install "mfm[read]"'), api.stderr
+    typed = sh(python, "-c", "import importlib.resources as r; print(r.files('mfm').joinpath('py.typed').is_file())")
+    assert typed.stdout.strip() == "True", typed.stdout + typed.stderr
+
+
+def test_the_loaders_without_the_read_extra_name_it() -> None:
+    """Importing the loaders' API where DuckDB is missing says which extra to install."""
+    code = ("import sys; sys.modules['duckdb'] = None\n"
+            "try:\n    from loaders import open_run\nexcept ModuleNotFoundError as e:\n    print(e, e.name)")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert got.stdout.strip() == 'the loaders need the read extra (duckdb not installed): pip install "mfm[read]" duckdb'
+
+
+def test_help_is_plain_text_with_defaults_and_a_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """``mfm --help`` and each subcommand's help hold no reStructuredText markup, say the exit
+    codes, and show defaults; ``--version`` prints the package's version."""
+    from mfm import __version__
+    from mfm.cli import build_parser
+
+    parser = build_parser()
+    top = parser.format_help()
+    assert "``" not in top and ":data:" not in top and "exit codes: 0" in top
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, sub in subs.items():
+        text = sub.format_help()
+        assert "``" not in text and ":data:" not in text and ":func:" not in text, name
+    assert "(default: 25)" in " ".join(subs["run"].format_help().split())
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"mfm {__version__}"
+
+
+def test_every_environment_variable_read_is_on_the_configuration_page() -> None:
+    """docs/configuration.md names every MFM_/OPENAI_/XDG_ variable the code reads."""
+    code = "\n".join(p.read_text(encoding="utf-8") for d in ("mfm", "loaders", "dashboard", "pages", "bench", "tests")
+                     for p in (REPO / d).rglob("*.py"))
+    read = set(re.findall(r"""["'\[]((?:MFM|OPENAI|XDG)_[A-Z_]+)["'\]]""", code))
+    assert {"MFM_CACHE_DIR", "MFM_STAGING_DIR"} <= read
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert not {v for v in read if f"`{v}`" not in page}
+
+
+def test_the_notebook_charts_without_plotly_name_the_extra() -> None:
+    code = ("import sys; sys.modules['plotly'] = None\n"
+            "try:\n    import dashboard.charts\nexcept ModuleNotFoundError as e:\n    print(e)")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert got.stdout.strip().endswith('pip install "mfm[notebook]"'), got.stdout + got.stderr

@@ -142,7 +142,7 @@ def test_pro_long_model_greps_its_text_log(tmp_path: Path, monkeypatch: pytest.M
         server.shutdown()
         server.server_close()
     offered = {t["function"]["name"] for t in model.requests[0]["tools"]}
-    assert "grep" in offered and not offered & {"search", "inspect", "consolidate"}
+    assert "grep" in offered and "consolidate" in offered and not offered & {"search", "inspect"}
     assert not validate(out).errors
     turns = lines(out / "turns.jsonl")
     greps = [c for c in turns[3]["calls"] if c["tool"] == "search"]

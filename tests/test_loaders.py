@@ -267,7 +267,7 @@ def test_grid_episode_positions_one_marker_per_cell() -> None:
     """One marker per cell where episodes ended, in the colour of the life of the latest
     episode there, its hover counting the episodes and the lives they span: recounted from
     index.jsonl."""
-    path = Path(__file__).resolve().parent.parent / "sample_runs" / "diamond_vista_s2_2500steps"
+    path = Path(__file__).resolve().parent.parent / "sample_runs" / "diamond_direct_s3_1600steps"
     rows = [json.loads(line) for line in (path / "index.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r.get("x") is not None]
     assert len({r["life"] for r in rows}) > len(theme.QUALITATIVE), "the sample must cycle the palette"
@@ -300,7 +300,7 @@ def test_grid_episode_positions_one_marker_per_cell() -> None:
 
 def test_grid_one_episode_per_cell_is_not_merged() -> None:
     """A life whose episodes each ended in a cell of their own: one marker each, nothing merged."""
-    path = Path(__file__).resolve().parent.parent / "sample_runs" / "diamond_vista_s2_2500steps"
+    path = Path(__file__).resolve().parent.parent / "sample_runs" / "diamond_direct_s3_1600steps"
     rows = [json.loads(line) for line in (path / "index.jsonl").read_text().splitlines()]
     by_life: dict[int, list] = {}
     for r in rows:

@@ -186,8 +186,12 @@ def test_mining_notebook(executed):
         deaths += [(run.name, d["step"], d["episode"]) for d in lives
                    if d["event"] == "death" and index.get(d.get("episode"), {}).get("action_kind") == "collect"]
     html = html_of(nb, "failed-collects")
-    assert frame_table(html)[0] == ["run", "id", "life", "first_step", "last_step", "outcome", "summary", "why"]
-    assert f"{bad} rows × 8 columns" in html
+    rows = frame_table(html)
+    assert rows[0] == ["run", "id", "life", "first_step", "last_step", "outcome", "summary", "why"]
+    if "rows × " in html:  # pandas shows a long table cut, with its size under it
+        assert f"{bad} rows × 8 columns" in html
+    else:
+        assert len(rows) - 1 == bad
     table = frame_table(html_of(nb, "deaths-while-mining"))
     assert table[0] == ["run", "life", "step", "cause", "episode", "x", "y", "summary"]
     assert sorted((r[0], int(r[2]), r[4]) for r in table[1:]) == sorted(deaths)
@@ -218,14 +222,20 @@ def test_paper_notebook(executed):
     manifests = [json.loads((d / "run.json").read_text()) for d in DIAMOND]
     table = frame_table(html_of(nb, "milestones-table"))
     assert table[0] == ["method", "seeds", "milestones", "per seed"]
-    got = {m["method"]: sum(n in m["milestones"] for n in m["milestone_order"]) for m in manifests}
-    assert {r[0]: float(r[2].split()[0]) for r in table[1:]} == got
+    reached: dict[str, list[int]] = {}
+    for m in manifests:
+        reached.setdefault(m["method"], []).append(sum(n in m["milestones"] for n in m["milestone_order"]))
+    got = {method: sum(v) / len(v) for method, v in reached.items()}  # the mean over a method's seeds
+    assert {r[0]: float(r[2].split()[0]) for r in table[1:]} == pytest.approx(got, abs=0.05)
+    assert {r[0]: int(r[1]) for r in table[1:]} == {method: len(v) for method, v in reached.items()}
     rt = frame_table(html_of(nb, "retarget-table"))
     assert rt[0][:6] == ["method", "runs", "inspect_turns", "inspect_retargets", "inspect_rate", "other_turns"]
     assert {r[0] for r in rt[1:]} == set(got)
     inter = frame_table(html_of(nb, "interaction-table"))
     assert inter[0][:4] == ["method", "steps", "turns", "steps_per_turn"]
-    steps = {m["method"]: m["last_step"] for m in manifests}
+    steps: dict[str, int] = {}
+    for m in manifests:  # pooled over a method's seeds
+        steps[m["method"]] = steps.get(m["method"], 0) + m["last_step"]
     assert {r[0]: int(r[1]) for r in inter[1:]} == steps
     reach = frame_table(html_of(nb, "reach-table"))
     assert reach[0] == ["method", "tool", "episodes", "median", "p90", "max", "over_1000"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mfm.sweep import LOCK_NAME
 from raw import jsonl, stored_frame
 
 pytest.importorskip("s3fs")
@@ -218,7 +219,8 @@ def test_a_sweep_writes_into_a_bucket_and_resumes_from_it(s3, tmp_path: Path) ->
     disk = mfm(*args, "--out", str(tmp_path / "sw"))
     assert remote.returncode == 0 and disk.returncode == 0, remote.stderr
     s3.invalidate_cache()
-    assert sorted(k.rsplit("/", 1)[1] for k in s3.ls(f"{b}/sw")) == sorted(p.name for p in (tmp_path / "sw").iterdir())
+    on_disk = sorted(p.name for p in (tmp_path / "sw").iterdir() if p.name != LOCK_NAME)  # the lock stays local
+    assert sorted(k.rsplit("/", 1)[1] for k in s3.ls(f"{b}/sw")) == on_disk and "sweeps.jsonl" in on_disk
     for name in ("diamond_direct_s0", "diamond_mfm_s0"):
         got, disk = objects(s3, f"{b}/sw/{name}"), files(tmp_path / "sw" / name)
         assert got.keys() == disk.keys() and same_run(got, disk) == []

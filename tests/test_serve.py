@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -92,3 +93,47 @@ def test_a_first_page_walks_no_stack() -> None:
     out = subprocess.run([sys.executable, "-c", STACK_WALKS, APP, "diamond_mfm_s2"], cwd=REPO, capture_output=True,
                          text=True, check=True, env={**os.environ, "MFM_RUNS_ROOT": str(REPO / "sample_runs")})
     assert out.stdout.strip().splitlines()[-1] == "0"
+
+
+SUPERVISED = """
+import subprocess, sys
+from dashboard.serve import supervise
+# the "server": starts a child that ignores SIGTERM, prints both PIDs, then waits
+server = ("import os, signal, subprocess, sys, time; "
+          "deaf = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+          "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)'], "
+          "stdout=subprocess.PIPE); deaf.stdout.readline(); "
+          "print(os.getpid(), deaf.pid, flush=True); time.sleep(600)")
+sys.exit(supervise([sys.executable, "-c", server], grace_s=float(sys.argv[1])))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_supervise_stops_the_whole_group_even_a_process_deaf_to_sigterm() -> None:
+    """``mfm dashboard``'s supervisor, on SIGTERM: the server (in a group of its own) and a
+    child of it that ignores SIGTERM are both gone when it returns (the deaf one killed after
+    the grace), and it exits with 128 + SIGTERM."""
+    sup = subprocess.Popen([sys.executable, "-c", SUPERVISED, "0.5"], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    pids: list[int] = []
+    try:
+        pids = [int(p) for p in sup.stdout.readline().split()]
+        server, deaf = pids
+        assert _alive(server) and _alive(deaf)
+        assert os.getpgid(server) == server == os.getpgid(deaf) != os.getpgid(sup.pid)
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(60) == 128 + signal.SIGTERM
+        assert not _alive(server) and not _alive(deaf)
+    finally:
+        sup.kill()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from mfm.cli import main
+from mfm.schema import SWEEPS
+from mfm.sweep import LOCK_NAME
 
 GUARD = 900.0
 """Seconds after which a sweep is taken to hang (each takes well under a minute here)."""
@@ -106,17 +108,24 @@ def test_a_ray_sweep_finishes_reads_and_skips_finished_runs(tmp_path: Path) -> N
         assert m["status"] == "finished" and m["last_step"] == 100
         log = (out / f"{name}.log").read_text()
         assert log.startswith("$ ") and f"--out {out / name} " in log and "# ray task on " in log
-    assert "done 2/2" in first.stderr
+    assert "sweep: 2/2 runs" in first.stderr
     results = finish([sys.executable, "-m", "mfm.cli", "results", str(out)])
     assert results.returncode == 0 and "2 runs" in results.stdout
     assert "| direct | 1 |" in results.stdout and "| mfm | 1 |" in results.stdout
 
-    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    def runs_files() -> dict[Path, int]:
+        """Every file of the runs and their logs (not the sweep's own lock and record, which
+        each sweep writes)."""
+        return {p: p.stat().st_mtime_ns for p in out.rglob("*")
+                if p.is_file() and p.name not in (LOCK_NAME, SWEEPS)}
+
+    before = runs_files()
     again = finish(sweep(out, "--steps", "100"))
     assert again.returncode == 0, again.stderr
     assert statuses(again.stdout) == {"diamond_direct_s0": "skipped (finished)",
                                       "diamond_mfm_s0": "skipped (finished)"}
-    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+    assert runs_files() == before
+    assert len((out / SWEEPS).read_text().splitlines()) == 2  # each sweep recorded
 
 
 @ray_test

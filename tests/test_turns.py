@@ -150,7 +150,7 @@ def test_turns_page(monkeypatch: pytest.MonkeyPatch) -> None:
     _, seen = found_at_target(raw)[0]
     at = open_app("turns", runs="diamond_mfm_s2", turn=str(n))
     t = texts(at)
-    assert f"Turn {n} · life {life} · steps {first}–{last}" in t
+    assert f"Turn {n} · life {life} · steps {first + 1}–{last} (decided at step {first})" in t
     assert f"({respawn['x']}, {respawn['y']}) in life {life}" in t
     search = next(c for c in raw["calls"] if c["tool"] == "search")
     assert f"{len(search['result']['ids'])} episode(s) returned" in t

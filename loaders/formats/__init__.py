@@ -22,6 +22,8 @@ def detect(path: Path) -> str | None:
         return "mfm-export"
     if (path / "stats.jsonl").is_file() and any(path.glob("*.npz")):
         return "crafter-recorder"
+    if (path / RUN_MARK).is_file():
+        return "mfm"  # a run mirrored from a bucket whose manifest was refused (``loaders.remote``)
     return None
 
 

@@ -31,8 +31,8 @@ from loaders.formats.mfm_export import MAX_INT
 from loaders.sources import inferred_manifest
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import MAX_PIXELS, EpisodeRecord, FrameError
-from mfm.schema import (MAX_COORD, TABLES, GridRow, IndexRow, LifeEvent, MilestoneRow, Problem, StepRow,
-                        episode_id)
+from mfm.schema import (MAX_COORD, TABLES, GridRow, IndexRow, LifeEvent, MilestoneRow, NotRegularFile, Problem, StepRow,
+                        check_regular, episode_id)
 from mfm.validate import RunContents
 
 SEGMENT = 50
@@ -143,6 +143,13 @@ class Arrays:
         self.problems.append(Problem(f"{self.name} › {key}" if key else self.name, 0, message, severity))
 
     def _load(self, path: Path) -> None:
+        try:
+            check_regular(path, self.name)
+        except NotRegularFile as e:
+            self.bad(None, e.reason)
+            return
+        except OSError:
+            pass
         try:
             with zipfile.ZipFile(path) as zf:
                 members = [i for i in zf.infolist() if _wanted(i.filename)]

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mfm.agent.modes import MemoryMode, mode_for
+from mfm.agent.modes import ARMS, MemoryMode, allowed, mode_for
 from mfm.envs import PERCEPTIONS as _HARNESS_PERCEPTIONS
 from mfm.envs import load_task
 
@@ -13,7 +13,8 @@ METHODS: tuple[str, ...] = ("mfm", "direct", "pro-long", "vista")
 """Memory modes (see :mod:`mfm.agent.modes`): the same policy with different memory."""
 
 ABLATIONS: tuple[str, ...] = ("no-frames", "no-index", "no-procedures", "no-consolidation", "no-content", "no-budget")
-"""Components of the MFM method that can be switched off (ablations apply to ``mfm`` only)."""
+"""Components of the MFM method that can be switched off (``mfm`` takes any; every method with notes
+takes the arms of :data:`mfm.agent.modes.ARMS`, e.g. ``no-budget``)."""
 
 
 POLICIES: tuple[str, ...] = ("scripted", "llm")
@@ -108,8 +109,10 @@ class RunConfig:
         bad = [a for a in self.ablations if a not in ABLATIONS]
         if bad:
             raise ValueError(f"unknown ablation(s) {', '.join(bad)}; expected any of {', '.join(ABLATIONS)}")
-        if self.ablations and self.method != "mfm":
-            raise ValueError(f"ablations switch off parts of mfm; method {self.method!r} takes none")
+        refused = [a for a in self.ablations if not allowed(self.method, a)]
+        if refused:
+            raise ValueError(f"method {self.method!r} cannot take {', '.join(refused)}: ablations switch off parts "
+                             f"of mfm; other methods with notes take only {', '.join(ARMS)}")
         if len(set(self.ablations)) != len(self.ablations):
             raise ValueError("an ablation is given twice")
         load_task(self.task)

@@ -41,6 +41,30 @@ def _at(cell: Cell) -> str:
     return f"({cell[0]}, {cell[1]})"
 
 
+SEEN_HEAD = "[SEEN] "
+"""The start of a log line naming cells the view showed for the first time (:func:`seen`)."""
+SEEN_GREP = r"^\[SEEN\] "
+"""The grep of the text log for those lines."""
+
+
+def seen(material: str, cells: list[Cell]) -> str:
+    """``[SEEN] diamond at (30, 31) (31, 31)``: a log line of cells of ``material`` the view
+    showed for the first time in the run (what the text perception saw, for grep)."""
+    return f"{SEEN_HEAD}{material} at " + " ".join(_at(c) for c in cells)
+
+
+_SEEN_LINE = re.compile(r"^\[SEEN\] (?P<item>\w+) at (?P<cells>(?:\(-?\d+, -?\d+\) ?)+)$")
+_SEEN_CELL = re.compile(r"\((-?\d+), (-?\d+)\)")
+
+
+def parse_seen(text: str) -> tuple[str, list[Cell]] | None:
+    """The material and cells of a :func:`seen` line; None for any other text."""
+    m = _SEEN_LINE.match(text)
+    if m is None:
+        return None
+    return m["item"], [(int(x), int(y)) for x, y in _SEEN_CELL.findall(m["cells"])]
+
+
 def collected(item: str, cell: Cell) -> str:
     """``collected wood at (29, 34)``."""
     return f"collected {item} at {_at(cell)}"

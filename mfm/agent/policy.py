@@ -92,9 +92,9 @@ class MFMPolicy:
         self.seed = seed
         self.rng = random.Random(seed)
         self.sites: dict[str, dict[Cell, str]] = {}
+        self.seen_sites: dict[str, dict[Cell, str]] = {}
         self.sites_until = -1
-        self._cover_upto = -1
-        self._log_upto = 0
+        self.scan_turn: int | None = None
         self._log_facts: dict[str, Fact] = {}
         self._log_facts_upto = 0
         self.inspect_episodes = inspect_episodes
@@ -121,7 +121,8 @@ class MFMPolicy:
 
     # -- what memory says ---------------------------------------------------------------------
     def _update_seen(self, tools: MemoryTools) -> None:
-        """Where I have been (the state block's map), from the memory the mode has."""
+        """Where I have been and which cells were cut or mined (the state block's map), from the
+        spatial grid, for the modes with a map."""
         stood: list[Cell] = []
         if self.mode.coverage == "grid":
             rows = tools.grid_rows()
@@ -129,18 +130,6 @@ class MFMPolicy:
             stood = [(r.cell[0], r.cell[1]) for r in new if r.kind in ("walked", "opened")]
             self.opened.update((r.cell[0], r.cell[1]) for r in new if r.kind == "opened")
             self._grid_seen_upto = len(rows)
-        elif self.mode.coverage == "trace":
-            pos = tools.trace_positions(self._cover_upto)
-            stood = [(x, y) for _, x, y in pos]
-            self._cover_upto = max([self._cover_upto] + [s for s, _, _ in pos])
-        elif self.mode.coverage == "log":
-            tools.text_log.refresh()
-            lines = tools.text_log.lines
-            for ln in lines[self._log_upto:]:
-                ev = events.parse(ln.text)
-                if ev is not None and ev.kind == events.STATE and ev.cell is not None:
-                    stood.append(ev.cell)
-            self._log_upto = len(lines)
         for x, y in stood:
             for dx in range(-HALF_COLS, HALF_COLS + 1):
                 for dy in range(-HALF_ROWS, HALF_ROWS + 1):
@@ -148,12 +137,10 @@ class MFMPolicy:
 
     def knowledge(self, p: Perception, tools: MemoryTools) -> dict[str, Fact]:
         """The facts this turn's state block holds: GUIDE.md for modes with notes; for
-        ``pro-long`` the places and hazards its text log names (the log is append-only, so
-        each line is read once and what it named kept); for ``direct`` the table and furnace
-        in view."""
-        if self.mode.notes:
-            return tools.facts()
-        facts: dict[str, Fact] = {}
+        ``pro-long`` also the places and hazards its text log names that GUIDE.md does not (the
+        log is append-only, so each line is read once and what it named kept); for ``direct``
+        the table and furnace in view."""
+        facts: dict[str, Fact] = tools.facts() if self.mode.notes else {}
         if self.mode.search == "log":
             tools.text_log.refresh()
             lines = tools.text_log.lines
@@ -166,7 +153,9 @@ class MFMPolicy:
                         key = f"{kind}:{ev.item or 'lava'}@{ev.cell[0]},{ev.cell[1]}"
                         self._log_facts[key] = Fact(key, ln.text, "Log", (ln.episode,))
             self._log_facts_upto = len(lines)
-            return dict(self._log_facts)
+            return {**self._log_facts, **facts}
+        if self.mode.notes:
+            return facts
         for name, cell in visible(p, {"table", "furnace"}):
             key = f"place:{name}@{cell[0]},{cell[1]}"
             facts[key] = Fact(key, f"{name} in view", "View")
@@ -241,8 +230,8 @@ class MFMPolicy:
     def _inspect(self, p: Perception, names: set[str], tools: MemoryTools, facts: dict[str, Fact]) -> bool:
         """Find episodes to look at and decode their frames for ``names``: by what frames
         showed, over the whole history (``mfm``: :meth:`_recall`), by an index search of the
-        episodes since the last inspection (``no-content``) or by turn, newest first
-        (``vista``, ``no-index``)."""
+        episodes since the last inspection (``no-content``) or by turn id (``vista``,
+        ``no-index``: :meth:`_by_turn`)."""
         if self.mode.frames is None or p.step <= self.inspected_until + 1:
             return False
         lo = self.inspected_until + 1
@@ -253,12 +242,30 @@ class MFMPolicy:
             refs, by = [r for r in tools.search(steps=(lo, p.step), near=p.pos, radius=40.0, kind="episode",
                                                 limit=self.inspect_episodes) if r.frames], "search"
         else:
-            refs, by = tools.recent_episodes(lo, self.inspect_episodes), "turn"
+            refs, by = self._by_turn(lo, tools), "turn"
         self.inspected_until = p.step
         sightings: list[Sighting] = []
         for ref in refs:
             sightings += tools.inspect(ref, names | {"lava"}, stride, by=by)
         return self._note_sightings(p, sightings, tools, facts)
+
+    def _by_turn(self, since_step: int, tools: MemoryTools) -> list[IndexRow]:
+        """The episodes to reopen by turn id, without an index: those of the newest turns not
+        looked at yet (ended at or after ``since_step``, at most ``inspect_episodes``), then
+        ``inspect_episodes // 4`` older ones, walking back from where the last lookup's walk
+        stopped and starting again from the newest once it passes turn 0, so that every
+        earlier turn's frames come round again, however old."""
+        new = tools.recent_episodes(since_step, self.inspect_episodes)
+        newest = min((r.turn for r in new if r.turn is not None), default=tools.turn)
+        below = newest if self.scan_turn is None or newest is None else min(self.scan_turn, newest)
+        want = max(1, self.inspect_episodes // 4)
+        older = tools.turn_episodes(below, want) if below is not None else []
+        if len(older) < want and newest is not None:
+            ids = {r.id for r in older}
+            older += [r for r in tools.turn_episodes(newest, want - len(older)) if r.id not in ids]
+        if older:
+            self.scan_turn = older[-1].turn
+        return new + older
 
     def _recall(self, p: Perception, names: set[str], tools: MemoryTools, facts: dict[str, Fact]) -> list[IndexRow]:
         """The episodes whose frames showed a wanted thing at a cell not known, not failed, not
@@ -277,9 +284,11 @@ class MFMPolicy:
                      and p.step - self.recalled.get((name, h.cell, h.episode), -RECALL_AGAIN) >= RECALL_AGAIN
                      ][:RECALL_CELLS]
             for h in fresh:
-                self.recalled[(name, h.cell, h.episode)] = p.step
                 ref = tools.episode(h.episode)
-                if ref is not None and ref.frames and len(refs) < max(1, self.inspect_episodes // 4):
+                if ref is None or not ref.frames:
+                    continue
+                if ref.id in refs or len(refs) < max(1, self.inspect_episodes // 4):
+                    self.recalled[(name, h.cell, h.episode)] = p.step
                     refs.setdefault(ref.id, ref)
         return list(refs.values())
 
@@ -320,20 +329,28 @@ class MFMPolicy:
         return any(not k.startswith("hazard:") for k in new)
 
     def _update_sites(self, p: Perception, tools: MemoryTools) -> None:
-        """Places the text names (collected X at, drank at), from episodes not yet searched:
-        grep of the text log (``pro-long``) or a text search of the index (``no-frames``)."""
+        """Places the text names, from episodes not yet searched: where a thing was got
+        (collected X at, drank at), by a grep of the text log (``pro-long``) or a text search
+        of the index (``no-frames``); and, in the log only, the cells its view showed
+        (``[SEEN]`` lines, :func:`mfm.agent.events.seen`)."""
         if p.step <= self.sites_until:
             return
         lo = self.sites_until + 1
         texts: list[tuple[str, str]] = []
         if self.mode.search == "log":
-            texts = [(ln.episode, ln.text) for ln in tools.grep(events.SITE_GREP, lo)]
+            texts = [(ln.episode, ln.text) for ln in tools.grep(f"{events.SITE_GREP}|{events.SEEN_GREP}", lo)]
         elif self.mode.search == "index":
             for word in events.SITE_WORDS:
                 texts += [(r.id, e) for r in tools.search(text=word, steps=(lo, p.step), kind="episode")
                           for e in r.events]
         self.sites_until = p.step
         for ep, text in texts:
+            shown = events.parse_seen(text)
+            if shown is not None:
+                if shown[0] in SEEK_BY_FRAMES:
+                    cells = self.seen_sites.setdefault(shown[0], {})
+                    cells.update((c, ep) for c in shown[1])
+                continue
             for ev in events.find(text):
                 name = "water" if ev.kind == events.DRANK else ITEM_TILE.get(ev.item or "")
                 if ev.kind in (events.COLLECTED, events.DRANK) and name and ev.cell is not None:
@@ -341,23 +358,36 @@ class MFMPolicy:
 
     def _site(self, p: Perception, names: list[str], usable: set[str], tools: MemoryTools,
               why: str) -> Decision | None:
-        """Go back to where the text says I got a wanted thing: collect there again for trees
-        and water; for rock, look around the spot for more of it. Water stays, but a tree that
-        was cut is gone (crafter 1.8.3 turns it into grass), so a tree site is often a failed
-        collect (counted in ``failed``; twice and the cell is no longer tried). Kept as it is:
-        changing it changes the shipped sample runs (docs/results.md, issue 5)."""
+        """Go where the text says a wanted thing is: to a cell the log says the view showed
+        (not cut or mined since, by the map), or where it says I drank, to get it there; or
+        where it says I collected it, to look around the spot for more (a cut tree turns into
+        grass and mined rock into path, so the cell itself is gone)."""
         if not self.mode.text_sites:
             return None
         self._update_sites(p, tools)
-        cands = [(n, c) for n in names if n in usable for c in self.sites.get(n, {}) if self.failed[c] < 2]
-        if not cands:
+        shown = [(n, c, True) for n in names if n in usable for c in self.seen_sites.get(n, {})
+                 if c not in self.opened and self.failed[c] < 2]
+        got = [(n, c, False) for n in names if n in usable for c in self.sites.get(n, {}) if self.failed[c] < 2]
+        if not shown and not got:
             return None
-        name, cell = min(cands, key=lambda h: (l1(h[1], p.pos) + 8 * names.index(h[0]), h[1]))
-        if name in ("tree", "water"):
+        name, cell, seen = min(shown + got, key=lambda h: (l1(h[1], p.pos) + 8 * names.index(h[0]), not h[2], h[1]))
+        if seen:
+            self._note_log_recall(p, name, cell, self.seen_sites[name][cell], tools)
+            return self._get(name, cell, why + " (where the log says I saw it)")
+        if name == "water":
             return self._get(name, cell, why + " (where the text says I got it)")
         self.failed[cell] += 1
         return Decision("atom", "explore", {"x": cell[0], "y": cell[1], "stop_on": sorted(usable)},
                         why + " (look where the text says I found it)", [("look_at", cell[0], cell[1])])
+
+    def _note_log_recall(self, p: Perception, name: str, cell: Cell, episode: str, tools: MemoryTools) -> None:
+        """Record a recall made from the text log's ``[SEEN]`` line of ``episode`` (``via``
+        ``log``; see :meth:`_note_recall`)."""
+        if name not in self.recall_names or len(self.recalls) >= MAX_RECALLS:
+            return
+        ref = tools.episode(episode)
+        self.recalls.append({"name": name, "x": cell[0], "y": cell[1], "step": p.step, "via": "log",
+                             "source": episode, "age": p.step - ref.last_step if ref else None})
 
     def _explore_target(self, p: Perception, names: set[str], facts: dict[str, Fact]) -> Cell:
         """The nearest unexplored point, pulled towards mountains when rock is wanted. Without

@@ -7,7 +7,6 @@ episode is committed with its frames, trace, grid rows, milestones and life even
 from __future__ import annotations
 
 import shlex
-import sys
 import time
 from contextlib import suppress
 from datetime import datetime, timedelta, timezone
@@ -25,8 +24,10 @@ from mfm.agent.tools import FrameReader, MemoryTools, Seen, note_seen
 from mfm.envs import CrafterHarness, Perception, load_task, make_harness
 from mfm.memory import ProceduralMemory, RunWriter, SpatialGrid
 from mfm.memory.appendlog import Clock, WriteError
-from mfm.memory.inheritance import InheritedMemory, InheritError, copy_run, read_manifest, seed_memory
+from mfm.memory.inheritance import (InheritedMemory, InheritError, InheritFailed, Source, check_source, copy_run,
+                                    read_manifest, seed_memory)
 from mfm.memory.retrieval import episode_frame
+from mfm.progress import Progress
 from mfm.schema import SCHEMA_VERSION, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, StepRow, TurnRow
 
 FIXED_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -222,10 +223,11 @@ class Runner:
             client = make_client(config.llm)
         started = self.clock() if self.clock else now_iso()
         recorded = config.to_manifest()
-        earlier = None
+        source = None
         if config.inherit is not None:
-            earlier = read_manifest(Path(config.inherit))
-            check_same_world(earlier, config)
+            check_same_world(read_manifest(Path(config.inherit)), config)
+            source = check_source(Path(config.inherit))
+            earlier = source.manifest
             recorded["inherited"] = {"run": earlier.run_id, "task": earlier.task, "method": earlier.method,
                                      "steps": earlier.last_step, "status": earlier.status,
                                      "milestones": dict(earlier.milestones)}
@@ -239,10 +241,8 @@ class Runner:
         self.harness = harness if harness is not None else make_harness(
             config.seed, self.task, size=config.frame_size, perception=config.perception, area=config.world)
         self.past: InheritedMemory | None = None
-        if earlier is not None:
-            copy_run(Path(config.inherit), self.writer.dir)
-            self.past = InheritedMemory(self.writer.dir)
-            seed_memory(self.writer.memory, self.past.dir, earlier.run_id)
+        if source is not None:
+            self._inherit(source)
         self.tools = MemoryTools(self.writer, frames, notes_tokens=config.notes_tokens, past=self.past)
         self.procedures = ProceduralMemory(self.writer.memory, ATOMS)
         self.policy: Policy
@@ -255,6 +255,7 @@ class Runner:
             self.policy = MFMPolicy(self.task, self.procedures, config.inspect_episodes, config.inspect_stride,
                                     mode=config.mode, seed=config.seed)
         self.body: Recorder | None = None
+        self.logged_seen: set[tuple[str, tuple[int, int]]] = set()
         self.turn = 0
         self.deaths = 0
         self.started = time.monotonic()
@@ -262,12 +263,30 @@ class Runner:
         self.status: str | None = None
         self.end_reason: str | None = None
         self._last_progress = 0.0
+        self._bar: Progress | None = None
+
+    def _inherit(self, source: Source) -> None:
+        """Copy the checked run ``source`` into this run and start the memory from it. Any
+        failure closes this run as crashed, with the failure as ``end_reason``, and raises
+        :class:`InheritFailed` naming both runs."""
+        try:
+            copy_run(source, self.writer.dir)
+            self.past = InheritedMemory(self.writer.dir)
+            seed_memory(self.writer.memory, self.past.dir, source.manifest.run_id)
+        except Exception as e:
+            why = str(e) if isinstance(e, InheritError) else f"{type(e).__name__}: {e}"
+            reason = f"inheriting {source.path} failed: {why}"
+            with suppress(WriteError):
+                self.writer.close("crashed", reason)
+            closed = ("closed as crashed" if self.writer.status_on_disk == "crashed" else
+                      f"left {self.writer.status_on_disk} (run.json could not be updated)")
+            raise InheritFailed(f"{reason}; the new run {self.writer.dir} was {closed}") from None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         """Reset the world and record the initial state as episode 0."""
         self.body = start_run(self.harness, self.writer, self.config.budget, self.task.milestones, self.stop,
-                              self.clock)
+                              self.clock, logged_seen=self.logged_seen)
         p = self.body.perception
         self.tools.step = p.step
         self.policy.consolidation(p, self.tools, "start", None, None)
@@ -322,7 +341,8 @@ class Runner:
             self.status, self.end_reason = self.writer.manifest.status, self.writer.manifest.end_reason
             if self.progress:
                 self._progress(force=True)
-                print(file=sys.stderr)
+                if self._bar is not None:
+                    self._bar.close()
 
     def summary(self) -> dict[str, Any]:
         """Deaths, turns, steps per turn and how resources were found."""
@@ -401,9 +421,7 @@ class Runner:
         rec = self.writer.begin_episode(kind="episode", life=p.life, turn=turn, action_kind=d.name, first_step=p.step,
                                         action=action)
         self.body.begin(rec, turn)
-        grid = self.writer.grid if self.config.mode.grid_routing else SpatialGrid()
-        nav = NavMap.from_memory(grid, self.policy.resources(self.tools, p), area=p.area)
-        atoms = Atoms(self.body, nav, self.config.max_atom_steps)
+        atoms = Atoms(self.body, self.nav_map(p), self.config.max_atom_steps)
         results: list[AtomResult] = []
         died = False
         try:
@@ -436,6 +454,12 @@ class Runner:
             result = AtomResult(result.label, result.reason, found=[f for r in results for f in r.found])
         return row, result, died
 
+    def nav_map(self, p: Perception) -> NavMap:
+        """What the atoms of a turn route over: the spatial grid where the mode has the map
+        ([MAP]), else an empty one, with the places the policy knows."""
+        grid = self.writer.grid if self.config.mode.grid_routing else SpatialGrid()
+        return NavMap.from_memory(grid, self.policy.resources(self.tools, p), area=p.area)
+
     def _commit(self, rec: Any, d: Decision, results: list[AtomResult], atoms: Atoms) -> IndexRow:
         assert self.body is not None
         body = self.body
@@ -463,7 +487,7 @@ class Runner:
                 "label": label, "reason": last.reason, "atoms": [{"label": r.label, "reason": r.reason} for r in results],
                 "damage": body.damage},
             summary=summary, tags=sorted(tags), events=lines, x=p.pos[0], y=p.pos[1], outcome_label=label,
-            note=d.goal, log_lines=[state_line(p)], seen=body.seen)
+            note=d.goal, log_lines=[state_line(p), *seen_lines(body.seen, self.logged_seen)], seen=body.seen)
 
     def _record_death(self, episode: str, step: int) -> None:
         """Queue the death event so that it is committed with the episode it ended."""
@@ -483,19 +507,18 @@ class Runner:
         self.writer.update_manifest()
 
     def _progress(self, force: bool = False) -> None:
+        """The progress line (:class:`mfm.progress.Progress`): steps of the budget, then the
+        life, the milestones and the turn, in words."""
         now = time.monotonic()
         if not force and now - self._last_progress < 0.5:
             return
         self._last_progress = now
+        if self._bar is None:
+            self._bar = Progress("run", self.config.budget, "steps")
         p = self.harness.perception
         reached = sum(m in p.achievements for m in self.task.milestones)
-        rate = p.step / max(now - self.started, 1e-6)
-        line = (f"step {p.step}/{self.config.budget} | life {p.life + 1} | milestones {reached}/"
-                f"{len(self.task.milestones)} | turn {self.turn} | {rate:,.0f} steps/s")
-        end = "\r" if sys.stderr.isatty() else "\n"
-        if not sys.stderr.isatty() and not force and now - self.started < 1:
-            return
-        print(line.ljust(78), end=end, file=sys.stderr, flush=True)
+        self._bar.update(p.step - self._bar.count, f"life {p.life + 1}, {reached}/{len(self.task.milestones)} "
+                                                   f"milestones, turn {self.turn}")
 
 
 def check_same_world(earlier: RunManifest, config: RunConfig) -> None:
@@ -543,10 +566,25 @@ def episode_state(p: Perception) -> dict[str, Any]:
             "sleeping": p.sleeping}
 
 
+def seen_lines(seen: Seen, logged: set[tuple[str, tuple[int, int]]]) -> list[str]:
+    """The log's ``[SEEN]`` lines of an episode (:func:`mfm.agent.events.seen`): per material,
+    the cells its view showed that no earlier line named; ``logged`` is updated."""
+    out = []
+    for material in sorted(seen):
+        new = [c for c in seen[material] if (material, c) not in logged]
+        logged.update((material, c) for c in new)
+        if new:
+            out.append(events.seen(material, new))
+    return out
+
+
 def start_run(harness: CrafterHarness, writer: RunWriter, budget: int, milestones: tuple[str, ...],
-              stop: Callable[[], bool] | None = None, clock: StepClock | None = None) -> Recorder:
+              stop: Callable[[], bool] | None = None, clock: StepClock | None = None,
+              logged_seen: set[tuple[str, tuple[int, int]]] | None = None) -> Recorder:
     """Reset the world and record its initial state as episode 0; return the body that
-    records the rest of the run (the start of every player: the agent and the Echo learner)."""
+    records the rest of the run (the start of every player: the agent and the Echo learner).
+    ``logged_seen``: the cells the log has named so far, for its ``[SEEN]`` lines (None: the
+    log gets none, as the Echo learner's)."""
     p = harness.reset()
     body = Recorder(harness, writer, budget, milestones, stop, clock)
     rec = writer.begin_episode(kind="initial", life=0, turn=None, action_kind=None, first_step=0, action={})
@@ -554,7 +592,8 @@ def start_run(harness: CrafterHarness, writer: RunWriter, budget: int, milestone
     note_seen(p, seen)
     writer.end_episode(rec, observation=p.frame, state=episode_state(p), outcome={}, summary="initial state",
                        tags=["initial"], events=[], x=p.pos[0], y=p.pos[1], outcome_label=None,
-                       log_lines=[state_line(p)], seen=seen)
+                       log_lines=[state_line(p), *([] if logged_seen is None else seen_lines(seen, logged_seen))],
+                       seen=seen)
     return body
 
 

@@ -7,6 +7,7 @@ recorded for that frame.
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,17 +175,25 @@ class MemoryTools:
                 out.append(row)
         return out
 
+    def turn_episodes(self, below: int, limit: int) -> list[IndexRow]:
+        """The episodes of turns numbered below ``below`` (newest first, at most ``limit``) that
+        have frames: earlier turns' frames addressed by turn id, without any search."""
+        rows = self.writer.index.rows
+        i = bisect.bisect_left(rows, below, key=lambda r: -1 if r.turn is None else r.turn)
+        out = []
+        while i > 0 and len(out) < limit:
+            i -= 1
+            row = rows[i]
+            if row.kind == "episode" and row.frames:
+                out.append(row)
+        return out
+
     def grep(self, pattern: str, since_step: int = 0) -> list[LogLine]:
         """Search the text log (``logs.txt``) with a regular expression; logged as a search."""
         hits = self.text_log.grep(pattern, since_step)
         self.log("search", {"grep": pattern, "file": LOGS, "since_step": since_step},
                  {"ids": list(dict.fromkeys(h.episode for h in hits)), "lines": len(hits)})
         return hits
-
-    def trace_positions(self, after_step: int) -> list[tuple[int, int, int]]:
-        """(step, x, y) recorded with the stored frames after ``after_step``."""
-        self._load_trace()
-        return [(s, *xy) for s, xy in self._trace.items() if s > after_step]
 
     def _load_trace(self) -> None:
         self._trace_offset = read_trace(self.dir / "steps.jsonl", self._trace_offset, self._trace)

@@ -11,6 +11,8 @@ every method meets the same world.
 """
 from __future__ import annotations
 
+import json
+import math
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ import numpy as np
 from crafter import constants
 
 from mfm.envs.crafter_env import CrafterHarness, Perception, StepResult, action_index, centre, nearest_cell
-from mfm.envs.rules import AREA, Reach
+from mfm.envs.rules import AREA, DATA_DIR, Reach
 
 NOOP = constants.actions.index("noop")
 DO = constants.actions.index("do")
@@ -111,11 +113,27 @@ BARRIERS: tuple[str, ...] = ("water", "lava")
 """Cells the screen's walk does not cross (water can be bridged with stone, lava kills)."""
 
 
-def screen(seed: int, reach: Reach, area: tuple[int, int] = AREA) -> str | None:
+SCREEN = json.loads((DATA_DIR / "screen.json").read_text(encoding="utf-8"))
+"""The screen's measured constants (``data/screen.json``): iron collected per 1,000 env steps."""
+
+
+def iron_needed(reach: Reach, kit: tuple[tuple[str, int], ...] = ()) -> int:
+    """Iron cells a reach world must hold for the run to still have iron for a pickaxe when the
+    seal opens: one for that pickaxe, plus what a run mines before ``reach.delay`` (every death
+    loses the pickaxe and the iron in hand, and the world never grows iron again) at the rate
+    measured on development seeds (:data:`SCREEN`); none when the kit gives an iron pickaxe at
+    every life."""
+    if any(name == "iron_pickaxe" and n > 0 for name, n in kit):
+        return 0
+    return 1 + math.ceil(SCREEN["iron_per_1000_steps"] * reach.delay / 1000)
+
+
+def screen(seed: int, reach: Reach, area: tuple[int, int] = AREA, iron: int = 0) -> str | None:
     """Why the seed's reach world is dropped from a sweep, or None to keep it: the world
     must hold every one of :data:`NEEDS` where the player can get from the centre (where
     lives start again) without crossing :data:`BARRIERS` (rock and trees count as passable:
-    they can be mined or cut), and the target must be reachable from there too."""
+    they can be mined or cut), at least ``iron`` cells of iron among them
+    (:func:`iron_needed`), and the target must be reachable from there too."""
     h = ReachHarness(seed, reach, area=area)
     h.reset()
     world = h._env._world
@@ -139,6 +157,9 @@ def screen(seed: int, reach: Reach, area: tuple[int, int] = AREA) -> str | None:
     missing = [n for n in NEEDS if not (reached & (mats == n)).any()]
     if missing:
         return f"no {', '.join(missing)} reachable from the centre"
+    cells = int((reached & (mats == "iron")).sum())
+    if cells < iron:
+        return f"{cells} iron cells reachable from the centre, fewer than the {iron} a run needs by the delay"
     if not reached[h.site.target]:
         return "the target cannot be reached from the centre"
     return None

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from mfm.boundary import atomic_writer
 from mfm.schema import Record
 
 
@@ -57,9 +58,9 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def write_file(path: Path, data: bytes) -> None:
     """Create or replace the file ``path`` with ``data``: what ``Path.write_bytes`` does, in
-    three system calls (no buffering layer, no terminal check). The caller names the file
-    in a :class:`WriteError` (:func:`writing`)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    three system calls (no buffering layer, no terminal check), never through a symbolic link
+    planted at ``path`` (ELOOP). The caller names the file in a :class:`WriteError` (:func:`writing`)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
     try:
         _write_all(fd, data)
     finally:
@@ -70,7 +71,7 @@ def append_bytes(path: Path, data: bytes, fsync: bool = False) -> None:
     """Append ``data`` to ``path`` (made if missing). If the write fails part-way (the disk
     filled up), the file is cut back to its old length, so it never ends with part of ``data``.
     Its folder is made only when the file cannot be opened for want of it."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
     with writing(path):
         try:
             fd = os.open(path, flags, 0o666)
@@ -143,18 +144,13 @@ class AppendLog:
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so a reader sees the old or the new file, never half.
 
-    The data goes to a temporary file beside ``path``, which is removed if anything fails."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    The data goes to a new temporary file beside ``path`` (:func:`mfm.boundary.atomic_writer`:
+    made with O_EXCL|O_NOFOLLOW under a fresh name, so nothing planted is written through; a
+    symlink at ``path`` is replaced, not followed), which is removed if anything fails."""
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise
+        with atomic_writer(path.parent, path.name, make_folders=False) as f:
+            f.write(data)
 
 
 def write_in_place(path: Path, data: bytes) -> None:

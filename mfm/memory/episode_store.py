@@ -74,7 +74,7 @@ def _strips(root: Path, episode_path: str, frames: list[np.ndarray]) -> list[tup
 def _write_strips(strips: list[tuple[Path, np.ndarray]]) -> None:
     for path, strip in strips:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(encode_strip(strip))
+        write_file(path, encode_strip(strip))
         remember_written(path, strip)
 
 

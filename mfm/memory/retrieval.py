@@ -23,7 +23,7 @@ from PIL import Image
 from mfm.boundary import MAX_JSON_FILE_BYTES, UnsafePath, inside, read_json
 from mfm.memory import packed
 from mfm.memory.index import EpisodeIndex, IndexQuery
-from mfm.schema import FRAMES_PER_CHUNK, IndexRow, JSONError, frame_chunk, parse_json
+from mfm.schema import FRAMES_PER_CHUNK, IndexRow, JSONError, NotRegularFile, frame_chunk, open_file, parse_json
 
 
 class FrameError(ValueError):
@@ -73,7 +73,7 @@ def read_trace(path: Path, offset: int, into: dict[int, tuple[int, int]]) -> int
     -> (x, y)), whole lines only; the offset to read from next time."""
     if not path.exists():
         return offset
-    with open(path, "rb") as f:
+    with open_file(path, path.name) as f:
         f.seek(offset)
         data = f.read()
     end = data.rfind(b"\n") + 1
@@ -103,12 +103,15 @@ def decode_png(path: Path | bytes, name: str | None = None) -> np.ndarray:
     absolute path), FrameMissing if the file is not there."""
     label = name or ("image" if isinstance(path, bytes) else Path(path).name)
     try:
-        with Image.open(io.BytesIO(path) if isinstance(path, bytes) else path) as im:
+        src = io.BytesIO(path) if isinstance(path, bytes) else open_file(path, label)
+        with src, Image.open(src) as im:
             if im.width * im.height > MAX_PIXELS:
                 raise FrameError(f"{label}: image of {im.width}x{im.height} pixels is too large, not decoded")
             arr = np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
     except FileNotFoundError:
         raise FrameMissing(f"{label}: missing") from None
+    except NotRegularFile as e:
+        raise FrameError(f"{label}: {e.reason}") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise FrameError(f"{label}: not a readable image ({str(e).replace(str(path), label)})") from None
     arr.setflags(write=False)
