@@ -415,9 +415,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     jobs = plan(args.task, methods, seeds, out, args.steps, ablations=ablations, fixed_clock=args.fixed_clock,
                 area=args.area, inherit=args.inherit,
                 extra=("--perception", args.perception) if args.perception else ())
+    command = " ".join(["mfm", *sys.argv[1:]])
     try:
-        with sweep_lock(out, " ".join(["mfm", *sys.argv[1:]])):
-            record_sweep(out, " ".join(["mfm", *sys.argv[1:]]), jobs)
+        with sweep_lock(out, command):
+            record_sweep(out, command, jobs)
             final = _sweep(jobs, args)
     except SweepBusy as e:
         print(f"mfm sweep: {e}", file=sys.stderr)
