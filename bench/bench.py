@@ -16,11 +16,16 @@ decoding a single-frame PNG per step; (4) index queries at N episodes, p50 and p
 no-op recorder (``bench.nullrec``), several interleaved repeats, and the bytes per step
 it stores; (6) storage bytes per step of the run; (7) each dashboard page's script time
 on the run (AppTest, fresh process per page), cold and warm, with the data points its
-charts send and peak memory; (8) ``browser``: the dashboard served for real and driven by
-headless Chromium (``bench.browser``): per page the time from the click or the URL to the
-page fully drawn, warm and on the first visit after the server starts, median and p95, the
-Runs page on the sweep, one frame step on the Timeline, and a bare Streamlit app as the
-floor. Every figure uses a table cache (``MFM_CACHE_DIR``) in a temporary folder, removed
+charts send and peak memory; (8) ``browser``: the dashboard served for real and driven by headless
+Chromium (``bench.browser``), at 36k and 360k steps (``--browser-sizes``): per page the
+time from the click, the URL in a new tab or the first visit after the server starts to
+the page fully drawn, its tables included, median and p95, with the tables, charts and
+images it drew, each beside the same figure of a bare Streamlit app (``bench/bare_app.py``:
+one chart, one image) measured in the same sitting, alternated with the pages, as a ratio,
+and the machine's load; the Runs page on the sweep, one frame step on the Timeline;
+(9) ``peers`` (asked for by name): ``bench.peers`` on the run, TensorBoard and Rerun beside
+mfm in the same sitting (install them first: ``bench.peers.INSTALL``).
+Every figure uses a table cache (``MFM_CACHE_DIR``) in a temporary folder, removed
 at the end, never the user's.
 """
 from __future__ import annotations
@@ -40,7 +45,7 @@ import numpy as np
 
 from bench.opentime import TABLES
 
-GROUPS = ("open", "sweep", "frames", "index", "recording", "storage", "pages", "browser")
+GROUPS = ("open", "sweep", "frames", "index", "recording", "storage", "pages", "browser", "peers")
 
 
 def _timed(fn, repeat: int = 1) -> float:
@@ -401,36 +406,105 @@ def bench_pages(run: Path) -> dict:
         shutil.rmtree(tmp)
 
 
-def bench_browser(run: Path, sweep: int, smoke: bool, repeats: int = 10, first: int = 3) -> dict:
-    """(8) :func:`bench.browser.measure` on ``run`` (every page: ``first`` first visits, each
-    on a new server, ``repeats`` warm opens by URL and as many by sidebar click, 20 frame
-    steps), then the Runs page on ``sweep`` hard-linked copies of it (as the dashboard
-    opens: no run chosen), and the floor under them all, a bare Streamlit app
-    (:func:`bench.browser.baseline`). With ``smoke``: every page opened once by URL and
-    once by click, unwarmed, the first visit of the Runs page only, 3 frame steps (CI:
+NOTES: list[str] = []
+"""Text a group adds after the figures (the browser group's tables)."""
+
+
+def _label(steps: int) -> str:
+    """``36k``, ``360k``, ``600``: a run's size as the browser figures name it."""
+    return f"{steps // 1000}k" if steps >= 1000 and steps % 1000 == 0 else str(steps)
+
+
+def browser_runs(a: argparse.Namespace, run: Path | None) -> list[Path]:
+    """The runs the browser group measures: the smoke run; else the synthetic runs of
+    ``--browser-sizes`` (default 36k and 360k steps, written once under ``--browser-out`` by
+    ``bench.scaling.ensure_run`` and reused), or ``--run`` alone when it is given and
+    ``--browser-sizes`` is not."""
+    if a.smoke or (run is not None and a.browser_sizes is None):
+        return [run]
+    from bench.scaling import ensure_run
+
+    a.browser_out.mkdir(parents=True, exist_ok=True)
+    pool: list = []
+    return [ensure_run(a.browser_out, int(n), False, pool) for n in (a.browser_sizes or "36000,360000").split(",")]
+
+
+def bench_browser(runs: list[Path], sweep: int, smoke: bool, repeats: int = 10, first: int = 3) -> dict:
+    """(8) :func:`bench.browser.measure` on each run (every page and the bare Streamlit app,
+    alternated: ``first`` rounds of first visits, each on a new server, ``repeats`` warm
+    opens by URL and as many by sidebar click, 20 frame steps), keys prefixed by the run's
+    size (``36k_``); then the Runs page on ``sweep`` hard-linked copies of the first run (as
+    the dashboard opens: no run chosen). Each size's table (per page: tables, charts and
+    images drawn; click, link and first visit with their ratio to the bare app; the load)
+    goes to :data:`NOTES`. With ``smoke``: every page opened once by URL and once by click,
+    unwarmed, the first visit of the Runs page and the bare app only, 3 frame steps (CI:
     that it runs, not the figures)."""
-    from bench.browser import baseline, measure
+    from bench.browser import measure, table
 
     size = dict(repeats=1, first=1, steps=3, first_pages=("runs",), warmup=False) if smoke else \
         dict(repeats=repeats, first=first, steps=20)
+    out: dict = {}
     tmp = Path(tempfile.mkdtemp())
     try:
-        shutil.copytree(run, tmp / "runs" / run.name, copy_function=os.link)
-        out = measure(tmp / "runs", run.name, **size)
-        root = make_sweep(run, tmp / "sweep", sweep)
-        runs_page = measure(root, None, pages=("runs",), **dict(size, steps=0))
-        out.update({f"sweep{sweep}_{k}": v for k, v in runs_page.items()})
-        out.update(baseline(size["repeats"], size["steps"]))
+        for run in runs:
+            label = _label(_steps(run))
+            if [p.name for p in run.parent.iterdir()] == [run.name]:
+                root = run.parent  # the run alone in its folder (bench.scaling's layout)
+            else:
+                root = tmp / label
+                shutil.copytree(run, root / run.name, copy_function=os.link)
+            got = measure(root, run.name, **size)
+            out.update({f"{label}_{k}": v for k, v in got.items()})
+            NOTES.append(table(got, f"**{label} steps** ({run}), {time.strftime('%H:%M', time.gmtime())} UTC; "))
+        root = make_sweep(runs[0], tmp / "sweep", sweep)
+        label = f"sweep{sweep}"
+        got = measure(root, None, pages=("runs",), **dict(size, steps=0))
+        out.update({f"{label}_{k}": v for k, v in got.items()})
+        NOTES.append(table(got, f"**Runs page on the {sweep}-run sweep**; "))
         return out
     finally:
         shutil.rmtree(tmp)
+
+
+def bench_peers(run: Path, frames: int, repeats: int) -> dict:
+    """(9) ``peers``: :func:`bench.peers.bench_peers` on ``run``, so that the peer rows
+    (TensorBoard, Rerun: open in a fresh process, one random frame, bytes per step, peak
+    memory) come from the same sitting as mfm's figures; the peers are not mfm dependencies
+    (``bench.peers.INSTALL``). Medians (min, max) of ``repeats`` fresh processes each; the
+    Markdown table goes to :data:`NOTES`."""
+    from bench import peers
+
+    peers.need_peers()
+    work = Path(tempfile.mkdtemp(prefix="mfm-peers-"))
+    try:
+        res = peers.bench_peers(run, work, frames, repeats)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out: dict = {"steps": res["steps"], "frames": res["frames"]}
+    for kind in peers.KINDS:
+        row = res[kind]
+        for k in ("median", "min", "max"):
+            out[f"{kind}_open_s_{k}"] = row["open_s"][k]
+        out[f"{kind}_peak_mb_after_open"] = row["peak_mb_after_open"]["median"]
+        for label in ("cold", "warm"):
+            if label in row:
+                out[f"{kind}_{label}_p50_ms"] = row[label]["p50_ms"]["median"]
+        if "per_step" in row:
+            out[f"{kind}_bytes_per_step"] = row["per_step"]["content"]
+    out["mfm_open_x_faster_than_rerun_raw"] = res["rerun-raw"]["open_s"]["median"] / res["mfm"]["open_s"]["median"]
+    out["mfm_open_x_faster_than_tensorboard"] = (res["tensorboard"]["open_s"]["median"]
+                                                 / res["mfm"]["open_s"]["median"])
+    NOTES.append(f"**peers** ({run}), load {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n\n" + peers.table(res))
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", type=Path, help="a large run to measure (see bench.synth)")
     p.add_argument("--smoke", action="store_true", help="small sizes, for CI")
-    p.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated groups of {', '.join(GROUPS)}")
+    p.add_argument("--only", default=",".join(g for g in GROUPS if g != "peers"),
+                   help=f"comma-separated groups of {', '.join(GROUPS)} (default: all but peers, whose "
+                        "packages are not mfm dependencies)")
     p.add_argument("--sweep", type=int, help="runs in the sweep of (2) and (8) (default 48; 3 with --smoke)")
     p.add_argument("--agent-steps", type=int, help="env steps per agent run for (5) (default 3000; 200 with --smoke)")
     p.add_argument("--repeats", type=int, help="agent run pairs for (5) (default 5; 1 with --smoke)")
@@ -438,6 +512,10 @@ def main() -> None:
                    help="warm opens per page and way for (8) (default 10; 1 with --smoke)")
     p.add_argument("--first-visits", type=int, default=3,
                    help="first visits per page for (8), each on a new server (default 3; 1 with --smoke)")
+    p.add_argument("--browser-sizes", help="env steps of the synthetic runs (8) measures (default 36000,360000; "
+                                           "with --run and without this option: that run)")
+    p.add_argument("--browser-out", type=Path, default=Path(tempfile.gettempdir()) / "mfm_scaling",
+                   help="where (8) writes its synthetic runs and reuses them (default: bench.scaling's folder)")
     a = p.parse_args()
     only = set(a.only.split(","))
     if only - set(GROUPS):
@@ -446,12 +524,12 @@ def main() -> None:
     run = a.run
     cache = tempfile.mkdtemp()
     os.environ["MFM_CACHE_DIR"] = cache
-    if a.smoke or run is None:
+    if a.smoke or (run is None and only - {"index", "recording", "browser"}):
         from bench.synth import make_run
 
         tmp = Path(tempfile.mkdtemp())
         run = make_run(tmp / "smoke", steps=600 if a.smoke else 36_000, seed=0)
-    run = run.resolve()
+    run = run.resolve() if run is not None else None
     jobs = {
         "open": lambda: bench_open(run),
         "sweep": lambda: bench_sweep(run, a.sweep or (3 if a.smoke else 48), check=True),
@@ -461,17 +539,21 @@ def main() -> None:
                                              a.repeats or (1 if a.smoke else 5)),
         "storage": lambda: bench_storage(run),
         "pages": lambda: bench_pages(run),
-        "browser": lambda: bench_browser(run, a.sweep or (3 if a.smoke else 48), a.smoke, a.browser_repeats,
-                                         a.first_visits),
+        "browser": lambda: bench_browser(browser_runs(a, run), a.sweep or (3 if a.smoke else 48), a.smoke,
+                                         1 if a.smoke else a.browser_repeats, 1 if a.smoke else a.first_visits),
+        "peers": lambda: bench_peers(run, 20 if a.smoke else 300, 1 if a.smoke else 3),
     }
     print(f"# run: {run} ({'smoke' if a.smoke else 'full'}), {time.strftime('%Y-%m-%d %H:%M')}, "
-          f"{os.cpu_count()} cores, python {sys.version.split()[0]}", flush=True)
+          f"{os.cpu_count()} cores, python {sys.version.split()[0]}, "
+          f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     for group in GROUPS:
         if group not in only:
             continue
         for k, v in jobs[group]().items():
             print(f"{group:10s} {k:32s} {v:12.3f}" if isinstance(v, float) else f"{group:10s} {k:32s} {v:>12}",
                   flush=True)
+    for note in NOTES:
+        print("\n" + note, flush=True)
     if tmp:
         shutil.rmtree(tmp)
     shutil.rmtree(cache)

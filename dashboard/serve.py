@@ -38,7 +38,7 @@ from types import FrameType
 PRELOAD = ("pandas", "pyarrow", "duckdb", "numpy", "PIL.Image", "altair",
            "loaders.run", "loaders.run_pages", "loaders.chart_data", "loaders.turns", "loaders.failures",
            "loaders.provenance", "loaders.analysis_pages", "loaders.frame_compare", "loaders.scrubber",
-           "loaders.usersql", "loaders.echo", "loaders.live",
+           "loaders.usersql", "loaders.echo", "loaders.live", "loaders.search",
            "dashboard.core", "dashboard.theme", "dashboard.safe_text", "dashboard.vega_charts", "dashboard.figures",
            "streamlit.emojis", "streamlit.material_icon_names",
            "narwhals._pandas_like.namespace", "narwhals._interchange.dataframe", "narwhals.stable.v1._namespace",

@@ -25,6 +25,9 @@ from dashboard.core import PAGES_DIR, copy_key, live_caption, param_problem, res
     runs_root, split_list, status_changes
 from dashboard.theme import STATUS_LABELS
 from loaders import chart_data, run_pages
+from loaders import cursor as cursor_mod
+from loaders import notes as notes_mod
+from loaders.cursor import Cursor
 from loaders.inherited import inherited_from, locate
 from loaders.live import LiveRuns, needs_refresh, watch_key
 from loaders.remote import mirrored_url
@@ -43,6 +46,8 @@ GLOBAL_KEYS = ("runs", "run")
 
 PAGE_SPECS = {
     "runs": ("runs.py", "Runs", ":material/table_rows:"),
+    "search": ("search.py", "Search", ":material/search:"),
+    "notes": ("notes.py", "Notes", ":material/sticky_note_2:"),
     "timeline": ("timeline.py", "Timeline", ":material/view_timeline:"),
     "turns": ("turns.py", "Turns", ":material/psychology:"),
     "failures": ("failures.py", "Failures", ":material/report:"),
@@ -126,14 +131,75 @@ def drop_bad_params() -> None:
 
 def restore(keys: tuple[str, ...]) -> None:
     """Put back query parameters this session had set that the URL lacks (after a page
-    change), once parameters the dashboard refuses are dropped."""
+    change), once parameters the dashboard refuses are dropped. Which were put back this run
+    is kept (:func:`named` tells a value the URL named from one the session remembered)."""
     drop_bad_params()
     sticky = st.session_state.setdefault(STICKY, {})
+    put_back = set()
     for k in (*GLOBAL_KEYS, *keys):
         if k in st.query_params:
             sticky[k] = st.query_params[k]
         elif k in sticky:
             st.query_params[k] = sticky[k]
+            put_back.add(k)
+    st.session_state[RESTORED] = put_back
+
+
+RESTORED = "_mfm_restored"
+CURSOR_KEYS = ("life", "step")
+"""The URL parameters of the run-wide time cursor (``loaders.cursor``)."""
+
+
+def named(param: str) -> bool:
+    """Whether the URL that opened this run of the page named ``param`` (not put back from
+    the session by :func:`restore`, nor absent)."""
+    return param in st.query_params and param not in st.session_state.get(RESTORED, set())
+
+
+def cursor(run: Run) -> Cursor | None:
+    """The time cursor of ``run`` from the URL (``loaders.cursor.parse``), each dropped or moved
+    value said in a warning, the URL rewritten to the cursor read (its life filled in)."""
+    got, problems = cursor_mod.parse(run, qp("life"), qp("step"))
+    for why in problems:
+        st.warning(f"URL parameter {md(why, 200)}.", icon="🚫")
+    if got is not None:
+        set_qp(**got.params())
+    elif qp("step") is not None:
+        set_qp(step=None)
+    return got
+
+
+def set_cursor(c: Cursor | None) -> None:
+    """Move the time cursor (None: clear it); every page that follows it reads it from the URL."""
+    set_qp(**(c.params() if c else {"life": None, "step": None}))
+
+
+def cursor_bar(run: Run, c: Cursor | None, key: str = "w_cursor") -> Cursor | None:
+    """The time cursor's bar (``dashboard.scrubber.cursor_bar``): where the cursor stands (the
+    turn, episode and position there), a slider over its life's steps, buttons and the arrow
+    keys. Without a cursor it stands at the run's last step and moving it sets one. Returns the
+    cursor (None when not set)."""
+    from dashboard.scrubber import cursor_bar as mount
+
+    shown = c
+    if shown is None:
+        lives = run_pages.lives_of(run)
+        bounds = cursor_mod.life_bounds(run, lives[-1]) if lives else None
+        if bounds is None:
+            return None
+        shown = Cursor(lives[-1], bounds[1])
+    lo, hi = cursor_mod.life_bounds(run, shown.life) or (shown.step, shown.step)
+    line = cursor_mod.describe(run, shown)[len(f"life {shown.life} · step {shown.step}"):]
+    if c is None:
+        line += " (not set: move it to set it)"
+
+    def moved() -> None:
+        got = (st.session_state.get(key) or {}).get("step")
+        if isinstance(got, int) and lo <= got <= hi:
+            set_cursor(Cursor(shown.life, got))
+
+    mount(shown.life, shown.step, lo, hi, line, key, moved)
+    return c
 
 
 def bound(key: str, param: str, default: Any, parse: Callable[[str], Any] = str,
@@ -491,3 +557,68 @@ def follow_live(shown: list[tuple[str, Run]]) -> None:
         st.caption(f"{caption} · checked {stamp()}")
 
     _watch()
+
+
+def root_notes() -> notes_mod.Notes:
+    """The researcher's notes of this runs root (``loaders.notes``), read afresh; skipped lines
+    are listed in a warning, a notes folder the dashboard refuses in an error."""
+    try:
+        got = notes_mod.read(root())
+    except (notes_mod.NotesError, UnsafePath, OSError) as e:
+        st.error(f"Notes cannot be read: {md(e, 300)}", icon="🚫")
+        return notes_mod.Notes()
+    if got.problems:
+        with st.expander(f"⚠️ {len(got.problems)} line(s) of the notes file skipped"):
+            st.warning("\n".join(f"- {md(p, 300)}" for p in got.problems[:50]))
+    return got
+
+
+def note_where(n: notes_mod.Note) -> str:
+    """What a note points at, in words."""
+    if n.target == "turn":
+        return f"turn {n.turn}"
+    if n.target == "step":
+        return f"step {n.step} of life {n.life}"
+    if n.target == "region":
+        c0, c1, r0, r1 = n.region or (0, 9, 0, 9)
+        return f"tiles {c0}–{c1 - 1} × {r0}–{r1 - 1} of the frame of step {n.step} (life {n.life})"
+    return "the run"
+
+
+def show_notes(found: Sequence[notes_mod.Note]) -> None:
+    """The notes pointing into this view, each with its author, time and place, and a link to
+    it on the Notes page."""
+    for n in found:
+        mark = "Bookmark" if n.kind == "bookmark" else "Note"
+        st.info(f"**{mark}** by the researcher on {md(n.run, 80)}, {md(note_where(n))} · {md(n.author, 60)} · {md(n.time)}"
+                + (f"\n\n{md(n.text, 2000)}" if n.text else ""), icon=":material/sticky_note_2:")
+
+
+def note_form(form_key: str, run_key: str, target: str, label: str, **place: Any) -> None:
+    """A collapsed form adding a note or a bookmark on ``label`` (``target`` and ``place`` as
+    ``loaders.notes.add`` takes them), kept in ``<runs root>/.mfm/notes/``. The note is saved
+    before the page runs again, so the page shows it at once."""
+    said = f"{form_key}_said"
+
+    def save() -> None:
+        who = st.session_state.get(f"{form_key}_author") or notes_mod.author()
+        try:
+            n = notes_mod.add(root(), run=run_key, target=target, text=st.session_state.get(f"{form_key}_text") or "",
+                              kind=st.session_state.get(f"{form_key}_kind") or "comment", by=who, **place)
+        except (notes_mod.NotesError, UnsafePath, OSError) as e:
+            st.session_state[said] = ("error", f"Not saved: {md(e, 300)}")
+        else:
+            st.session_state["_mfm_author"] = who
+            st.session_state[said] = ("ok", f"Saved note {md(n.id)} in `.mfm/notes/notes.jsonl` of the runs root.")
+
+    with st.expander(f"Add a note or a bookmark on {label}", icon=":material/edit_note:"):
+        with st.form(form_key, clear_on_submit=True, border=False):
+            st.radio("Kind", notes_mod.KINDS, horizontal=True, key=f"{form_key}_kind")
+            st.text_area("Note", key=f"{form_key}_text", max_chars=notes_mod.MAX_TEXT,
+                         placeholder="What you saw here (a bookmark may stay empty)")
+            st.text_input("Author", value=st.session_state.get("_mfm_author") or notes_mod.author(),
+                          key=f"{form_key}_author", max_chars=notes_mod.MAX_AUTHOR)
+            st.form_submit_button("Save the note", icon=":material/save:", on_click=save)
+    if said in st.session_state:
+        how, text = st.session_state.pop(said)
+        (st.success if how == "ok" else st.error)(text)

@@ -153,7 +153,7 @@ def band_chart(series: SeedBands, data: Callable[[pd.DataFrame], Any] = lambda d
                         labelLimit=400)
     if len(band):
         layers.append(alt.Chart(data(band)).mark_area(fillOpacity=0.2, strokeWidth=0).encode(
-            x="step:Q", y="lo:Q", y2="hi:Q", fill=alt.Fill("label:N", scale=color, legend=None)))
+            x="step:Q", y="lo:Q", y2="hi:Q", color=alt.Color("label:N", scale=color, legend=legend)))
     lines = bands.dropna(subset=["mean"])
     x = alt.X("step:Q", title=series.x_title, axis=alt.Axis(tickMinStep=1))
     y = alt.Y("mean:Q", title=series.y_title)
@@ -161,12 +161,12 @@ def band_chart(series: SeedBands, data: Callable[[pd.DataFrame], Any] = lambda d
         x=x, y=y, color=alt.Color("label:N", scale=color, legend=legend),
         strokeDash=alt.StrokeDash("label:N", scale=dash, legend=legend))
     if not screen:
-        return alt.layer(*layers, line).resolve_legend(fill="independent").properties(title=note(series.note))
+        return alt.layer(*layers, line).properties(title=note(series.note))
     zoom = alt.selection_interval(bind="scales", encodings=["x"], zoom="wheel![event.shiftKey]")
     hover = alt.Chart(data(lines)).mark_point(size=60, opacity=0).encode(
         x=x, y=y, tooltip=[alt.Tooltip("method:N"), alt.Tooltip("step:Q", title=series.x_title),
                            alt.Tooltip("mean:Q", title=series.y_title, format=".2f")])
-    return alt.layer(*layers, line.add_params(zoom), hover).resolve_legend(fill="independent").properties(
+    return alt.layer(*layers, line.add_params(zoom), hover).properties(
         title=note(series.note, 12), height=SCREEN_HEIGHT, autosize=FIT_WIDTH)
 
 
@@ -206,32 +206,44 @@ def rates_table(rates: pd.DataFrame) -> pd.DataFrame:
                             for r, h in zip(rates["rate"], rates["hi"])])
 
 
-def rates_chart(rates: pd.DataFrame, width: int, data: Callable[[pd.DataFrame], Any] = lambda d: d,
-                screen: bool = False) -> alt.FacetChart:
+def rates_chart(rates: pd.DataFrame, width: float, data: Callable[[pd.DataFrame], Any] = lambda d: d,
+                screen: bool = False, font_size: float = 6) -> alt.FacetChart:
     """The A.4 table as bars, one row of bars per method: the retarget rates of inspecting and
     of other turns, the near share and its null rate, each with its Wilson 95% interval and
     the counts behind it (``n/a`` where a method has nothing to count). ``width``: of each
     row's plot; ``data`` as for :func:`band_chart`; ``screen``: sized for a page, with a
-    tooltip per bar."""
+    tooltip per bar; ``font_size``: of the labels beside the bars in print."""
     df = rates_table(rates)
     measures = list(RETARGET_MEASURES)
     methods = list(dict.fromkeys(df["method"]))
-    y = alt.Y("measure:N", sort=measures, title=None)
-    x = alt.X("rate:Q", title="rate (share of turns; near and null: share of new targets)",
-              scale=alt.Scale(domain=[0, 1.45]), axis=alt.Axis(format="%", values=[0, 0.25, 0.5, 0.75, 1]))
-    color = alt.Color("measure:N", sort=measures, title=None, legend=alt.Legend(orient="top"),
+    names = {m: PRINT_MEASURES.get(m, m) for m in measures}
+    short = alt.Axis(labelExpr=" : ".join(f"datum.value == '{m}' ? '{n}'" for m, n in names.items()) + " : datum.value")
+    y = alt.Y("measure:N", sort=measures, title=None, **({} if screen else {"axis": short}))
+    x = alt.X("rate:Q", title="rate (share of turns; near and null: share of new targets)" if screen else "rate",
+              scale=alt.Scale(domain=[0, 1.45] if screen else [0, 1]),
+              axis=alt.Axis(format="%", values=[0, 0.25, 0.5, 0.75, 1] if screen else [0, 0.5, 1]))
+    color = alt.Color("measure:N", sort=measures, title=None,
+                      legend=alt.Legend(orient="top") if screen else None,
                       scale=alt.Scale(domain=measures, range=[theme.RETARGET_COLORS[m] for m in measures]))
     base = alt.Chart(data(df))
     bars = base.mark_bar(height=16 if screen else 8).encode(y=y, x=x, color=color)
     if screen:
         bars = bars.encode(tooltip=[alt.Tooltip("method:N"), alt.Tooltip("measure:N"),
                                     alt.Tooltip("text:N", title="rate (counts)")])
+    header = (alt.Header(labelExpr="datum.value") if screen else
+              alt.Header(labelExpr="datum.value", labelOrient="top", labelAngle=0, labelAnchor="start",
+                         labelAlign="left", labelFontWeight="bold", labelPadding=2))
     return alt.layer(
         bars,
         base.mark_rule(strokeWidth=1.2 if screen else 0.8, color="#222222").encode(y=y, x="lo:Q", x2="hi:Q"),
-        base.mark_text(align="left", dx=3, fontSize=12 if screen else 6).encode(y=y, x="at:Q", text="text:N"),
-    ).properties(width=width, height=110 if screen else 60).facet(
-        row=alt.Row("method:N", title=None, sort=methods, header=alt.Header(labelExpr="datum.value")))
+        base.mark_text(align="left", dx=3, fontSize=12 if screen else font_size).encode(y=y, x="at:Q", text="text:N"),
+    ).properties(width=width, height=110 if screen else 4 * (font_size + 4)).facet(
+        row=alt.Row("method:N", title=None, sort=methods, header=header), spacing=4 if not screen else 20)
+
+
+PRINT_MEASURES = {"retarget | inspect": "inspecting", "retarget | other": "other turns", "near": "near",
+                  "null": "null"}
+"""The rates' names on the printed figure's axis (its note says what each is)."""
 
 
 MAP_SIZE = 400
@@ -285,12 +297,13 @@ def retarget_map(position: tuple[float, float] | None, inspected: list[dict], ta
             color=MAP_KINDS["inspected episodes"][0], strokeDash=[2, 3], strokeWidth=1.2).encode(
             x=x, y=y, detail="circle:N", order="k:Q"))
     frame = pd.DataFrame(marks, columns=["x", "y", "what", "label", "detail"])
+    frame["area"] = [float(MAP_KINDS[w][2]) for w in frame["what"]]
     layers.append(alt.Chart(frame).mark_point(filled=True, opacity=1).encode(
         x=x, y=y,
         color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top"),
                         scale=alt.Scale(domain=kinds, range=[MAP_KINDS[k][0] for k in kinds])),
         shape=alt.Shape("what:N", title=None, scale=alt.Scale(domain=kinds, range=[MAP_KINDS[k][1] for k in kinds])),
-        size=alt.Size("what:N", legend=None, scale=alt.Scale(domain=kinds, range=[MAP_KINDS[k][2] for k in kinds])),
+        size=alt.Size("area:Q", scale=None, legend=None),
         tooltip=[alt.Tooltip("detail:N", title="what"), alt.Tooltip("x:Q"), alt.Tooltip("y:Q")]))
     layers.append(alt.Chart(frame[frame["label"] != ""]).mark_text(color="white", fontSize=11,
                                                                     fontWeight="bold").encode(x=x, y=y, text="label:N"))
@@ -396,7 +409,8 @@ def grid_map(view: GridView, cell: tuple[int, int] | None = None, mark: tuple[in
              or (m == "failed target" and mark is not None)]
     legend = alt.Legend(title=None, orient="right")
     shape = alt.Shape("mark:N", legend=legend, scale=alt.Scale(domain=marks, range=[GRID_MARKS[m][0] for m in marks]))
-    size = alt.Size("mark:N", legend=legend, scale=alt.Scale(domain=marks, range=[GRID_MARKS[m][1] for m in marks]))
+    size = alt.Size("area:Q", scale=None, legend=None)
+    points["area"] = [float(GRID_MARKS[m][1]) for m in points["mark"]]
     if len(points):
         pick_point = alt.selection_point(GRID_PICKS[0], fields=["x", "y"], on="click", clear=False, empty=False)
         layers.append(alt.Chart(points).mark_point(filled=True, opacity=1, stroke="#222222", strokeWidth=0.8).encode(
@@ -406,11 +420,13 @@ def grid_map(view: GridView, cell: tuple[int, int] | None = None, mark: tuple[in
                      alt.Tooltip("x:Q"), alt.Tooltip("y:Q", title=view.plane)],
         ).add_params(pick_point))
     if cell is not None:
-        picked = pd.DataFrame([{"x": cell[0], "y": cell[1], "mark": "selected cell"}])
+        picked = pd.DataFrame([{"x": cell[0], "y": cell[1], "mark": "selected cell",
+                                "area": float(GRID_MARKS["selected cell"][1])}])
         layers.append(alt.Chart(picked).mark_point(filled=False, strokeWidth=3, color="#ff00aa").encode(
             x=x, y=y, shape=shape, size=size))
     if mark is not None:
-        target = pd.DataFrame([{"x": mark[0], "y": mark[1], "mark": "failed target"}])
+        target = pd.DataFrame([{"x": mark[0], "y": mark[1], "mark": "failed target",
+                                "area": float(GRID_MARKS["failed target"][1])}])
         layers.append(alt.Chart(target).mark_point(filled=False, strokeWidth=3, color="#d62728").encode(
             x=x, y=y, shape=shape, size=size,
             tooltip=[alt.Tooltip("mark:N", title="what"), alt.Tooltip("x:Q"), alt.Tooltip("y:Q", title=view.plane)]))
@@ -600,7 +616,7 @@ def provenance_graph(nodes: pd.DataFrame, edges: pd.DataFrame, selected: str | N
             x=x, y=y, x2="x2:Q", y2="step2:Q",
             color=alt.Color("edge:N", legend=legend, scale=alt.Scale(
                 domain=shown, range=[EDGE_STYLES[k][0] for k in kinds])),
-            strokeDash=alt.StrokeDash("edge:N", legend=None, scale=alt.Scale(
+            strokeDash=alt.StrokeDash("edge:N", legend=legend, scale=alt.Scale(
                 domain=shown, range=[EDGE_STYLES[k][1] for k in kinds]))))
     merged = nodes["count"] > 1
     form = np.where(merged, "merged nodes", np.where(nodes["disabled"], "disabled", "version"))
@@ -751,4 +767,5 @@ def frames_panels(frames: list[np.ndarray], titles: list[str], tiles: bool = Fal
         panels += [panel(d, label, False, False) for d, label in diffs]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Automatically deduplicated selection parameter")  # wanted: one zoom
-        return alt.concat(*panels, columns=len(frames), spacing=12).resolve_scale(x="shared", y="shared")
+        return alt.concat(*panels, columns=len(frames), spacing=12).resolve_scale(x="shared", y="shared").properties(
+            autosize=alt.AutoSizeParams(type="pad", contains="padding"))

@@ -138,7 +138,9 @@ def retarget_audit(run: Run, turn: int, radius: float = RADIUS) -> RetargetAudit
     names the inspected episode's ``life`` and the ``step`` of the frame it looked at. An
     inspection of an inherited episode is marked ``inherited`` with the run it came from
     (``from_run``); its position, life and steps are the earlier game's, read from the copy
-    of that run, and it is not ``counted`` (as in the §A.4 statistics)."""
+    of that run, and it is not ``counted`` (as in the §A.4 statistics). An inspection's
+    ``sightings`` are what it recognised, as recorded (``name``, ``x``, ``y``, ``step``);
+    ``found`` the same in words (``name (x, y) @ step``), for display only."""
     t = next((x for x in run.records("turns.jsonl") if x.turn == turn), None)
     if t is None:
         return None
@@ -157,7 +159,9 @@ def retarget_audit(run: Run, turn: int, radius: float = RADIUS) -> RetargetAudit
             ep = str(args.get("episode") or "")
             ref = locate(run, ep) if is_inherited(ep) else None
             row = ref.row if ref is not None else by_id.get(ep)
-            seen = [f.get("step") for f in res.get("found") or [] if isinstance(f, dict)]
+            sightings = [{k: f.get(k) for k in ("name", "x", "y", "step")} for f in res.get("found") or []
+                         if isinstance(f, dict)]
+            seen = [f["step"] for f in sightings]
             seen = [v for v in seen if isinstance(v, int) and not isinstance(v, bool)]
             out.inspections.append({
                 "episode": ep, "from_run": ref.origin if ref is not None else "",
@@ -165,8 +169,9 @@ def retarget_audit(run: Run, turn: int, radius: float = RADIUS) -> RetargetAudit
                 "x": row.x if row else None, "y": row.y if row else None,
                 "life": row.life if row else None, "last_step": row.last_step if row else None,
                 "step": args.get("step") if isinstance(args.get("step"), int) else (min(seen) if seen else None),
-                "found": [f"{f.get('name')} ({f.get('x')}, {f.get('y')}) @ {f.get('step')}"
-                          for f in res.get("found") or [] if isinstance(f, dict)], "inherited": ref is not None})
+                "sightings": sightings,
+                "found": [f"{f['name']} ({f['x']}, {f['y']}) @ {f['step']}" for f in sightings],
+                "inherited": ref is not None})
     for g in paper_measures.retargets(t):
         near, d = _near(g, [by_id[e] for e in looked], radius)
         out.targets.append({**g, "near": near, "nearest": None if math.isnan(d) else round(d, 1)})

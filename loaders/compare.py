@@ -16,12 +16,13 @@ from pathlib import Path
 from loaders import open_runs, paired, paper_tables
 from loaders.escape import md_code, md_text
 from loaders.paper_measures import RunMeasures, measure
+from mfm.progress import counted
 
 
 def measures(root: Path, task: str | None = None) -> list[RunMeasures]:
     """The measures of every run under ``root`` (of ``task`` if given) that has a manifest."""
     out = []
-    for run in open_runs(root):
+    for run in counted(open_runs(root), "runs measured"):
         if run.manifest is None or (task is not None and run.manifest.task != task):
             continue
         out.append(measure(run))

@@ -22,6 +22,7 @@ from mfm.memory.appendlog import AppendLog, write_atomic
 from mfm.memory.episode_store import dump_json, encode_png, write_strips
 from mfm.memory.retrieval import FrameError
 from mfm.memory.run_writer import LOG_RULE
+from mfm.progress import counted
 from mfm.schema import LOGS, MANIFEST, TABLES, IndexRow, Problem, plain_relative
 
 MAX_LISTED = 200
@@ -80,7 +81,7 @@ def convert(run: Run, dest: Path) -> Path:
     _check_empty(dest)
     dest.mkdir(parents=True, exist_ok=True)
     problems = list(run.problems)
-    index = [_episode(run, ref, dest, problems) for ref in run.records("index.jsonl")]
+    index = [_episode(run, ref, dest, problems) for ref in counted(run.records("index.jsonl"), "episodes copied")]
     tables = {name: list(run.records(name)) for name in TABLES}
     tables["index.jsonl"] = index
     for name, rows in tables.items():

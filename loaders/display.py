@@ -325,16 +325,17 @@ class Turn:
         return turn_text(self)
 
 
-def found_summary(found: Sequence[str], per_name: int = 3) -> str:
-    """What an inspection found (``"name (x, y) @ step"`` items), grouped by name, rarest
-    first, at most ``per_name`` positions each: ``diamond (33, 13) @ 952 · coal (35, 14) @ 950, … +3``."""
+def found_summary(sightings: Sequence[dict], per_name: int = 3) -> str:
+    """What an inspection recognised (its ``sightings``: ``name``, ``x``, ``y``, ``step``, as
+    :func:`loaders.analysis_pages.retarget_audit` gives them), grouped by name, rarest first,
+    at most ``per_name`` positions each: ``diamond (33, 13) @ 952 · coal (35, 14) @ 950, … +3``."""
     groups: dict[str, list[str]] = {}
-    for item in found:
-        groups.setdefault(item.split(" (", 1)[0], []).append(item)
+    for f in sightings:
+        groups.setdefault(str(f.get("name")), []).append(f"({f.get('x')}, {f.get('y')}) @ {f.get('step')}")
     parts = []
-    for name, items in sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[0])):
-        shown = ", ".join([items[0]] + [i[len(name) + 1:] for i in items[1:per_name]])
-        parts.append(shown + (f" … +{len(items) - per_name}" if len(items) > per_name else ""))
+    for name, places in sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[0])):
+        shown = f"{name} " + ", ".join(places[:per_name])
+        parts.append(shown + (f" … +{len(places) - per_name}" if len(places) > per_name else ""))
     return " · ".join(parts) or "nothing"
 
 
@@ -355,7 +356,7 @@ def turn_text(turn: Turn) -> str:
     lines = [f"<Turn {t.turn} of {turn.run.name}: life {t.life}, steps {t.first_step}-{t.last_step}, {t.policy}>"]
     lines += [f"  searched {s['query']} -> {', '.join(s['returned']) or 'nothing'}" for s in a.searches]
     lines += [f"  inspected {i['episode']}" + (f" (from run {i['from_run']})" if i.get("inherited") else "")
-              + f" ({i['frames']} frames): found {found_summary(i['found'])}" for i in a.inspections]
+              + f" ({i['frames']} frames): found {found_summary(i['sightings'])}" for i in a.inspections]
     lines += [f"  wrote {w.path} (seq {w.seq}, step {w.step}): {w.reason}" for w in turn.writes]
     lines.append(f"  plan before: {_plan(t.plan_before)}")
     lines.append(f"  plan after:  {_plan(t.plan_after)}")
@@ -377,7 +378,7 @@ def turn_html(turn: Turn) -> str:
     searches = table([{"query": s["query"], "returned": ", ".join(s["returned"])} for s in a.searches],
                      ["query", "returned"])
     theirs = any(i.get("inherited") for i in a.inspections)
-    insp = table([{**i, "found": found_summary(i["found"])} for i in a.inspections],
+    insp = table([{**i, "found": found_summary(i["sightings"])} for i in a.inspections],
                  ["episode", *(["from_run"] if theirs else []), "frames", "x", "y", "last_step", "counted", "found"])
     writes = table([{"seq": w.seq, "step": w.step, "path": w.path, "op": w.op, "author": w.author,
                      "reason": w.reason, "sources": ", ".join(w.sources)} for w in turn.writes],

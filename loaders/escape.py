@@ -60,7 +60,7 @@ _LATEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"
           "¡": r"\textexclamdown{}", "¿": r"\textquestiondown{}", "ß": r"\ss{}", "æ": r"\ae{}", "Æ": r"\AE{}",
           "ø": r"\o{}", "Ø": r"\O{}", "å": r"\aa{}", "Å": r"\AA{}", "œ": r"\oe{}", "Œ": r"\OE{}", "ł": r"\l{}",
           "Ł": r"\L{}", "→": r"$\to$", "←": r"$\leftarrow$", "≤": r"$\leq$", "≥": r"$\geq$", "≠": r"$\neq$",
-          "µ": r"$\mu$"}
+          "µ": r"$\mu$", "\u00a0": "~"}
 """Characters LaTeX would read as syntax (or typeset as another glyph: ``"`` is taken from
 the T1 font, which has it, also in a document in the default OT1 encoding), and the
 non-ASCII characters that have a command in the standard font encodings."""

@@ -2,10 +2,14 @@
 was attempted (action, material, target cell), why it stopped, and the frames around it.
 Plain functions over a run, no Streamlit.
 
-An episode's summary starts with its call, ``collect(material=stone, x=23, y=35) ->
-interrupted: died (arrow); …``: the action, its arguments and the reason are read from it
-(``action.json`` holds the same arguments). A death is taken from ``lives.jsonl`` with its
-cause; it joins the row of the episode it ended, or stands alone when no episode is named.
+What an episode called and why it ended are read from its index row's fields (format 1.3,
+:func:`outcome_fields`): ``action_kind``, ``material``, ``target``, ``outcome`` and ``reason``.
+A run older than 1.3 (and a foreign run) has no such fields: for it alone they are read back
+from the summary's prose, which starts with the call, ``collect(material=stone, x=23, y=35) ->
+interrupted: died (arrow); …`` (:func:`parse_call`, the fallback; a 1.3 run never goes
+through it, so rewording a summary changes nothing here). A death is taken from
+``lives.jsonl`` with its cause; it joins the row of the episode it ended, or stands alone when
+no episode is named.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from loaders.frame_compare import TARGET_OUTLINE, outline_tiles, tile_of_cell
 from loaders.run import Run
 from loaders.run_pages import episode_holding
 from loaders.turns import position
+from mfm.schema import STRUCTURED_OUTCOMES, IndexRow, version_at_least
 
 COLUMNS = ["episode", "life", "first_step", "last_step", "step", "action", "material", "target_x", "target_y",
            "outcome", "cause", "turn", "frames", "summary"]
@@ -28,10 +33,46 @@ CALL = re.compile(r"^\s*([A-Za-z_][\w]*)\((.*?)\)\s*->\s*(\w+)(?::\s*([^;]*))?")
 ARG = re.compile(r"(\w+)=([^,]+)")
 CELL = re.compile(r"\(-?\d+, -?\d+\)")
 MATERIAL_ARGS = ("material", "item", "name", "target", "what", "tool")
+"""The fallback's rule for a call's material (the first of these arguments it has), as the
+writer's (``mfm.memory.episode_recorder.MATERIAL_ARGS``)."""
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What an episode called and how it ended: the ``action`` (atom or procedure), the
+    ``material`` and ``target`` cell it named, its ``outcome`` (done, failed, interrupted) and
+    the ``reason`` it ended so (None where not recorded)."""
+
+    action: str | None
+    material: str | None
+    target: tuple[int, int] | None
+    outcome: str | None
+    reason: str | None
+
+
+def outcome_fields(run: Run) -> bool:
+    """Whether ``run`` records its episodes' calls and endings as index-row fields: a run in
+    this project's format (not a foreign one) of format 1.3 or later."""
+    m = run.manifest
+    return run.format == "mfm" and m is not None and version_at_least(m.schema_version, STRUCTURED_OUTCOMES)
+
+
+def call_outcome(row: IndexRow, fields: bool) -> CallOutcome:
+    """The call and ending of an index row: from its fields when ``fields`` (the run is 1.3 or
+    later, :func:`outcome_fields`), else read back from its summary (:func:`parse_call`)."""
+    if fields:
+        target = (int(row.target[0]), int(row.target[1])) if row.target else None
+        return CallOutcome(row.action_kind, row.material, target, row.outcome, row.reason)
+    action, args, outcome, reason = parse_call(row.summary)
+    material = next((args[k] for k in MATERIAL_ARGS if k in args), None)
+    x, y = _num(args.get("x")), _num(args.get("y"))
+    return CallOutcome(row.action_kind or action, material, None if x is None or y is None else (x, y),
+                       row.outcome or outcome, reason)
 
 
 def parse_call(summary: str) -> tuple[str | None, dict[str, str], str | None, str | None]:
-    """``(action, args, outcome, reason)`` from an episode summary (None where absent)."""
+    """``(action, args, outcome, reason)`` read back from an episode summary (None where
+    absent): the fallback for runs older than format 1.3, whose index rows hold no such fields."""
     m = CALL.match(summary or "")
     if not m:
         return None, {}, None, None
@@ -57,21 +98,22 @@ def failures(run: Run) -> pd.DataFrame:
 
     ``step`` is the step it failed at (the episode's last step, or the death's);
     ``outcome`` is ``death`` when the episode ended in one, else its outcome; ``cause`` the
-    death's cause (``died (arrow)``) or the reason of the summary without cells; ``action``
-    the atom or procedure called and ``material`` its material or item argument."""
+    death's cause (``died (arrow)``) or the episode's reason without cells; ``action`` the atom
+    or procedure called, ``material`` and ``target_x``, ``target_y`` what it named
+    (:func:`call_outcome`). ``summary`` is the episode's text, shown as it is."""
     deaths = [e for e in run.records("lives.jsonl") if e.event == "death"]
     by_ep = {e.episode: e for e in deaths if e.episode}
+    fields = outcome_fields(run)
     rows = []
     seen: set[str] = set()
     for r in run.records("index.jsonl"):
         death = by_ep.get(r.id)
         if r.outcome not in ("failed", "interrupted") and death is None:
             continue
-        action, args, outcome, reason = parse_call(r.summary)
-        material = next((args[k] for k in MATERIAL_ARGS if k in args), None)
-        cause = f"died ({death.cause or 'unknown'})" if death else cause_of(reason)
+        c = call_outcome(r, fields)
+        cause = f"died ({death.cause or 'unknown'})" if death else cause_of(c.reason)
         rows.append((r.id, r.life, r.first_step, r.last_step, death.step if death else r.last_step,
-                     r.action_kind or action, material, _num(args.get("x")), _num(args.get("y")),
+                     c.action, c.material, *(c.target or (None, None)),
                      "death" if death else r.outcome, cause, r.turn, r.frames, r.summary))
         seen.add(r.id)
     for e in deaths:

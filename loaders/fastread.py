@@ -167,7 +167,8 @@ def _arrow_columns(data: bytes, rtype: type[Record]) -> pa.Table | None:
                 return None
             if base != "strs":
                 sizes = pc.list_value_length(col)
-                if not _all(pc.is_in(sizes, pa.array([2, 3] if base == "cell" else [2]))):
+                fits = pc.is_in(sizes, pa.array([2, 3] if base == "cell" else [2]))
+                if not _all(pc.or_kleene(pc.is_null(col), fits)):
                     return None
                 if len(flat) and pc.max(pc.abs(flat)).as_py() > MAX_COORD:
                     return None

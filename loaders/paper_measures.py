@@ -208,6 +208,9 @@ class RunMeasures:
     identity: str = ""
     """Which run this is however it was named (``loaders.remote.run_identity``; empty: not
     known): the tables count each run once."""
+    model_driven: bool = False
+    """Whether a model chose the run's turns (``run.json``'s ``policy`` is ``llm:<model>``), so
+    each turn was a model call; a scripted run's turns are decisions of its script."""
 
     @property
     def steps_per_turn(self) -> float:
@@ -231,6 +234,7 @@ def measure(run: Any) -> RunMeasures:
         identity=run_identity(run.path) if isinstance(getattr(run, "path", None), Path) else "",
         milestones=sum(1 for n in m.milestone_order if n in m.milestones), of=len(m.milestone_order),
         steps=m.last_step, budget=m.step_budget, status=m.status, turns=len(turns),
+        model_driven=str(m.policy or "").startswith("llm"),
         tool_calls=sum(by_tool.values()), calls_by_tool=by_tool, deaths=deaths,
         diamond_step=m.milestones.get("collect_diamond"), retarget=retargeting(turns, index),
         ages=retrieval_ages(turns, index),

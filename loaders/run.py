@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
 import time
@@ -46,6 +47,8 @@ TABLE_NAMES = {
 }
 
 FILE_OF = {v: k for k, v in TABLE_NAMES.items()}
+
+_log = logging.getLogger(__name__)
 
 
 def signature(run_dir: Path) -> tuple:
@@ -97,6 +100,8 @@ class Run:
     def __init__(self, path: Path, source: Source, sig: tuple) -> None:
         self.path = Path(path)
         self.source = source
+        self.named: str | None = None
+        """The name :func:`open_runs` gave the run to keep names unique within a root."""
         self._contents: RunContents | None = None
         self._manifest: RunManifest | None = None
         self.signature = sig
@@ -106,7 +111,12 @@ class Run:
 
     @property
     def name(self) -> str:
-        return self.path.name
+        """The run's folder name (for a run in object storage, the last segment of its URL),
+        qualified by its folder under the root when :func:`open_runs` found two of one name."""
+        if self.named is not None:
+            return self.named
+        ident = run_identity(self.path)
+        return ident.rstrip("/").rsplit("/", 1)[-1] if is_url(ident) else self.path.name
 
     @property
     def format(self) -> str:
@@ -300,7 +310,7 @@ class Run:
             if self._counts is None:
                 lives = [e for _, e in read_table(self.path / "lives.jsonl", LifeEvent)[0]]
                 self._counts = (1 + sum(e.event == "respawn" for e in lives), sum(e.event == "death" for e in lives),
-                                _count_lines(self.path / "index.jsonl"))
+                                getattr(self.source, "episode_count", lambda: _count_lines(self.path / "index.jsonl"))())
             n_lives, deaths, episodes = self._counts
         else:
             lives = self.records("lives.jsonl")
@@ -406,11 +416,60 @@ def open_runs(root: str | Path | Sequence[str | Path]) -> list[Run]:
     run once however it was named (``run_identity``: ``x``, ``./x``, ``x/``, a symlink to
     ``x``, ``s3://b/root/`` and ``s3://b/root``), in the order first found."""
     places = [root] if isinstance(root, (str, Path)) else list(root)
-    found: dict[str, Path] = {}
+    found: dict[str, tuple[Path, str]] = {}
     for place in places:
+        top = local_path(place)
         for p in find_runs(place):
-            found.setdefault(run_identity(p), p)
-    return [open_run(p) for p in found.values()]
+            rel = p.resolve().relative_to(top.resolve()).as_posix() if top.resolve() in p.resolve().parents else ""
+            found.setdefault(run_identity(p), (p, rel))
+    runs = [open_run(p) for p, _ in found.values()]
+    _unique_names(runs, [rel for _, rel in found.values()], ", ".join(map(str, places)))
+    return runs
+
+
+def _unique_names(runs: list[Run], rels: list[str], where: str) -> None:
+    """Name each run by its folder name; where two share one (runs of two sweeps under one
+    root), by its folder under the root instead (``sweep_a/diamond_mfm_s0``), with a warning.
+    Runs whose ``run.json`` are equal (a copied run folder) keep their own names, with a
+    warning that they may be one run twice."""
+    for r in runs:
+        r.named = None
+    by_name: dict[str, list[int]] = {}
+    for i, r in enumerate(runs):
+        by_name.setdefault(r.name, []).append(i)
+    taken = {name for name, idx in by_name.items() if len(idx) == 1}
+    for name, idx in by_name.items():
+        if len(idx) < 2:
+            continue
+        for i in idx:
+            qualified = rels[i] or name
+            k = 2
+            while qualified in taken:
+                qualified, k = f"{rels[i] or name} ({k})", k + 1
+            runs[i].named = qualified
+            taken.add(qualified)
+        _warn_once(f"{where}: {len(idx)} runs named {name}: named by their folders: "
+                   + ", ".join(runs[i].name for i in idx))
+    by_id: dict[str, list[Run]] = {}
+    for r in runs:
+        m = r.manifest if r.format == "mfm" else None  # a manifest read alone (other formats infer theirs)
+        if m is not None:
+            by_id.setdefault(m.run_id, []).append(r)
+    for run_id, same in by_id.items():
+        twins = [r for r in same if sum(r.manifest == o.manifest for o in same) > 1]
+        if twins:
+            _warn_once(f"{where}: {len(twins)} runs have equal run.json (run_id {run_id}; copies of one run?), each "
+                       "counted: " + ", ".join(r.name for r in twins))
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(text: str) -> None:
+    """A logging warning, once per process for one text (a page or report opens a root often)."""
+    if text not in _warned:
+        _warned.add(text)
+        _log.warning("%s", text)
 
 
 def runs_table(runs: list[Run]) -> pd.DataFrame:

@@ -12,8 +12,10 @@ import os
 import sys
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any, Callable, NoReturn
 
 from mfm.agent.config import ABLATIONS, METHODS, PERCEPTIONS, POLICIES
+from mfm import progress
 from mfm.objectstore import is_url
 from mfm.envs.rules import task_names
 
@@ -40,6 +42,24 @@ def missing_store(command: str, *places: str | None) -> bool:
     return any(p is not None and is_url(p) for p in places) and missing_extra(command, "s3")
 
 
+def store_unusable(command: str, *places: str | None) -> bool:
+    """True, after one line on stderr, if a place is a URL of object storage that cannot be
+    used: the s3 extra missing (:func:`missing_store`), the bucket not there, the store not
+    answering (:func:`mfm.objectstore.check_bucket`). Asked before any work is done."""
+    if missing_store(command, *places):
+        return True
+    from mfm.objectstore import StoreError, check_bucket
+
+    for place in places:
+        if place is not None and is_url(place):
+            try:
+                check_bucket(place)
+            except StoreError as e:
+                print(f"mfm {command}: {e}", file=sys.stderr)
+                return True
+    return False
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Print every problem of each run with file:line; exit 1 if any is an error. Large clean
     tables go through the fast path when the read extra is installed (the same output)."""
@@ -57,11 +77,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 return 2
             from loaders.remote import validate_remote
 
+            from mfm.objectstore import StoreError, check_bucket
+
             try:
+                check_bucket(run)
                 c = validate_remote(run, frames=args.frames)
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, StoreError) as e:
                 print(f"mfm validate: {e}", file=sys.stderr)
-                return 2
+                worst = 2
+                continue
         elif not Path(run).is_dir():
             print(f"mfm validate: {run}: {'not a folder' if Path(run).exists() else 'no such folder'}",
                   file=sys.stderr)
@@ -86,19 +110,31 @@ def cmd_pack(args: argparse.Namespace) -> int:
     from mfm.boundary import UnsafePath
     from mfm.memory.packed import PackError, pack_run, unpack_run
 
+    from mfm.schema import read_manifest
+
     worst = 0
     for run in args.runs:
         path = Path(run)
+        if not path.is_dir():
+            print(f"mfm pack: {run}: {'not a folder' if path.exists() else 'no such folder'}", file=sys.stderr)
+            worst = 2
+            continue
         if not (path / "run.json").is_file():
             print(f"mfm pack: {run}: not a run directory (no run.json)", file=sys.stderr)
-            worst = 1
+            worst = max(worst, 1)
+            continue
+        manifest, problems = read_manifest(path)
+        if manifest is None:
+            why = "; ".join(str(p) for p in problems[:1]) or "run.json: unreadable"
+            print(f"mfm pack: {run}: {why}; not {'unpacked' if args.unpack else 'packed'}", file=sys.stderr)
+            worst = max(worst, 1)
             continue
         before = _allocated(path)
         try:
             report = unpack_run(path) if args.unpack else pack_run(path)
         except (PackError, UnsafePath, OSError) as e:
             print(f"mfm pack: {run}: {e}", file=sys.stderr)
-            worst = 1
+            worst = max(worst, 1)
             continue
         if report.done:
             fill_table_cache(path)
@@ -124,7 +160,7 @@ def _allocated(path: Path) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """Start the Streamlit dashboard on a runs root, on ``--host`` (this machine only unless told
     otherwise), in a process group of its own that is stopped whole when this command is."""
-    if missing_store("dashboard", args.root):
+    if store_unusable("dashboard", args.root):
         return 2
     if missing_extra("dashboard", "dashboard"):
         return 2
@@ -155,6 +191,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     elif not root.is_dir():
         print(f"mfm dashboard: runs root {root} is not a folder", file=sys.stderr)
         return 2
+    busy = _cannot_serve(args.host, args.port)
+    if busy is not None:
+        print(f"mfm dashboard: {busy}", file=sys.stderr)
+        return 2
     cmd = [sys.executable, "-m", "dashboard.serve", *(["--no-warm"] if args.no_warm else []), str(app),
            "--server.port", str(args.port), "--server.address", args.host,
            "--server.headless", "true", "--browser.gatherUsageStats", "false",
@@ -182,20 +222,56 @@ def _sample_runs() -> Path:
     return root
 
 
-def _port(text: str) -> int:
-    """A TCP port number from the command line (argparse's error otherwise)."""
+def _cannot_serve(host: str, port: int) -> str | None:
+    """Why the server could not listen on ``host``:``port`` (an unknown host, an address not
+    of this machine, a port in use or not allowed), None when a socket binds there now."""
+    import socket
+
     try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 1-65535, not {port}")
-    return port
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        return f"--host {host}: not an address to serve on ({e.args[-1] if e.args else e})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as e:
+            return f"cannot serve on {host} port {port}: {e.strerror or e}; choose another --port or --host"
+    return None
+
+
+def _checked(what: str, convert: Callable[[str], Any], accept: Callable[[Any], bool], rule: str
+             ) -> Callable[[str], Any]:
+    """An argparse type: ``convert(text)``, refused with one line when it is not ``what`` or when
+    ``accept`` does not hold of it (``rule`` says why, with ``{value}`` and ``{text}``)."""
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(rule.format(value=value, text=text))
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number no smaller than ``minimum``."""
+    return _checked("a whole number", int, lambda v: v >= minimum, f"must be at least {minimum}, not {{value}}")
+
+
+_seconds = _checked("a number of seconds", float, lambda v: 0 < v < float("inf"),
+                    "must be a positive number of seconds, not {text}")
+_price = _checked("a price", float, lambda v: 0 <= v < float("inf"), "must be zero or more, not {text}")
+_port = _checked("a port number", int, lambda v: 1 <= v <= 65535, "a port is 1-65535, not {value}")
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Convert a foreign run (or ours) into our run format, then validate what was written."""
-    if missing_store("import", args.src, args.dest):
+    if store_unusable("import", args.src, args.dest):
         return 2
     if missing_extra("import", "read"):
         return 2
@@ -225,7 +301,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             rel = d.relative_to(stage).as_posix()
             d = join(dest, rel) if rel != "." else dest
             try:
-                upload_tree(stage / rel, d)
+                upload_tree(stage / rel, d, make_copy=columnar_copy_maker())
             except OSError as e:
                 print(f"mfm import: {d}: {e}; the converted run is kept in {stage / rel}", file=sys.stderr)
                 return 1
@@ -244,7 +320,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the memory-driven Crafter agent and write a run directory."""
-    if missing_store("run", args.out):
+    if store_unusable("run", args.out):
         return 2
     if args.policy == "llm" and missing_extra("run", "llm"):
         return 2
@@ -281,7 +357,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if not is_empty(out):
                 print(f"mfm run: {out} already holds files; choose another --out", file=sys.stderr)
                 return 2
-            upload = Uploader(fresh_staging(out), out)
+            upload = Uploader(fresh_staging(out), out, make_copy=columnar_copy_maker())
         except (StoreError, OSError) as e:
             print(f"mfm run: {e}", file=sys.stderr)
             return 2
@@ -344,6 +420,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if m.status == "finished" else 130
 
 
+def columnar_copy_maker():
+    """What makes a run's columnar copy when it closes into a bucket (``loaders.columns.build``,
+    issue 48); None without the read extra (the bucket then holds the run's files only)."""
+    try:
+        from loaders.columns import build
+    except ImportError:
+        return None
+    return build
+
+
 def fill_table_cache(run_dir: Path) -> None:
     """Fill the loaders' table cache for a run just closed, so that its first open in the
     dashboard is a reopen (``loaders.cachedread.fill_closed_run``); nothing without the read extra."""
@@ -388,7 +474,7 @@ def _screened(task: str, seeds: list[int], area: int | None = None) -> list[int]
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run every (method, seed) and (mfm + ablation, seed) not yet finished; 1 if any crashed."""
-    if missing_store("sweep", args.out):
+    if store_unusable("sweep", args.out):
         return 2
     from mfm.sweep import SweepBusy, plan, record_sweep, sweep_lock
 
@@ -409,12 +495,38 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.address and args.backend != "ray":
         print("mfm sweep: --address needs --backend ray", file=sys.stderr)
         return 2
+    if not methods and not ablations or not seeds:
+        print(f"mfm sweep: no {'seeds' if not seeds else 'methods'} given (--seeds 0,1,2; --methods "
+              f"{','.join(METHODS)})", file=sys.stderr)
+        return 2
+    from mfm.agent.config import RunConfig
+
+    try:
+        RunConfig(task=args.task, method=(methods or ["mfm"])[0], seed=seeds[0], steps=args.steps, area=args.area,
+                  perception=args.perception or "map")
+    except ValueError as e:
+        print(f"mfm sweep: {e}", file=sys.stderr)
+        return 2
+    if not is_url(args.out) and Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"mfm sweep: --out {args.out} is a file; name a folder of runs", file=sys.stderr)
+        return 2
     if args.screen:
         seeds = _screened(args.task, seeds, args.area)
     out = args.out.rstrip("/") if is_url(args.out) else Path(args.out)
     jobs = plan(args.task, methods, seeds, out, args.steps, ablations=ablations, fixed_clock=args.fixed_clock,
                 area=args.area, inherit=args.inherit,
                 extra=("--perception", args.perception) if args.perception else ())
+    for src in dict.fromkeys(j.inherit for j in jobs if j.inherit is not None):
+        if is_url(src):
+            continue
+        from mfm.schema import read_manifest
+
+        manifest, problems = read_manifest(Path(src)) if Path(src).is_dir() else (None, [])
+        if manifest is None:
+            what = ("; ".join(map(str, problems[:1])) or "no run there (no run.json)" if Path(src).is_dir() else
+                    "not a folder" if Path(src).exists() else "no such folder")
+            print(f"mfm sweep: --inherit {src}: {what}", file=sys.stderr)
+            return 2
     command = " ".join(["mfm", *sys.argv[1:]])
     try:
         with sweep_lock(out, command):
@@ -453,7 +565,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     """Print the comparison tables (milestones, retargeting, interaction, retrieval reach)."""
-    if missing_store("results", args.root):
+    if store_unusable("results", args.root):
         return 2
     if missing_extra("results", "read"):
         return 2
@@ -485,7 +597,8 @@ def cmd_figures(args: argparse.Namespace) -> int:
     notes: list[str] = []
     try:
         written = write_figures(args.paths, args.out, args.window, width=args.width, html_page=args.html,
-                                command=" ".join(["mfm", *sys.argv[1:]]), notes=notes)
+                                command=" ".join(["mfm", *sys.argv[1:]]), notes=notes, height=args.height,
+                                font_size=args.font_size, font=args.font)
     except ValueError as e:
         print(f"mfm figures: {one_line(e)}", file=sys.stderr)
         return 2
@@ -509,9 +622,19 @@ def cmd_echo(args: argparse.Namespace) -> int:
     if args.echo_command == "run":
         try:
             configs = list(iter_configs(args.configs))
-            seeds = [int(v) for v in _csv(args.seeds)]
         except ValueError as e:
             print(f"mfm echo run: {e}", file=sys.stderr)
+            return 2
+        try:
+            seeds = [int(v) for v in _csv(args.seeds)]
+        except ValueError:
+            print(f"mfm echo run: --seeds must be comma-separated whole numbers, not {args.seeds!r}", file=sys.stderr)
+            return 2
+        if not seeds or not configs:
+            print(f"mfm echo run: no {'seeds' if not seeds else 'configurations'} given", file=sys.stderr)
+            return 2
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            print(f"mfm echo run: --out {args.out} is a file; name a folder of runs", file=sys.stderr)
             return 2
         if args.episodes < 1 or args.jobs < 1:
             print("mfm echo run: --episodes and --jobs must be at least 1", file=sys.stderr)
@@ -521,6 +644,9 @@ def cmd_echo(args: argparse.Namespace) -> int:
         try:
             results = run_many(configs, seeds, Path(args.out), episodes=args.episodes, step_cap=args.step_cap,
                                jobs=args.jobs, command=command)
+        except ValueError as e:
+            print(f"mfm echo run: {e}", file=sys.stderr)
+            return 2
         except OSError as e:
             what = e.describe() if isinstance(e, WriteError) else e.strerror or str(e)
             print(f"mfm echo run: {what}; the run it stopped is closed as crashed if its run.json could still be "
@@ -535,13 +661,16 @@ def cmd_echo(args: argparse.Namespace) -> int:
         return 1 if any(w.startswith("exists") for _, w in results) else 0
     root = Path(args.root)
     if not root.is_dir():
-        print(f"mfm echo report: {root} is not a folder", file=sys.stderr)
+        print(f"mfm echo report: {root}: {'not a folder' if root.exists() else 'no such folder'}", file=sys.stderr)
         return 2
     runs, problems = find_runs(root)
     for d, p in problems:
         print(f"{d}/{p}", file=sys.stderr)
+    if not runs:
+        print(f"mfm echo report: no learner runs under {root}", file=sys.stderr)
+        return 1
     print(summary_json(runs) if args.json else table(runs))
-    return 0 if runs else 1
+    return 0
 
 
 DESCRIPTION = """mfm: run the memory-driven Crafter agent, check and convert run directories, print
@@ -574,6 +703,10 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _Help)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
+    def error(self, message: str) -> NoReturn:
+        """A usage error in one line naming what is wrong and where help is (exit 2)."""
+        self.exit(2, f"{self.prog}: {message} ({self.prog} --help shows the options)\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
     from mfm import __version__
@@ -598,9 +731,17 @@ def build_parser() -> argparse.ArgumentParser:
     fg = sub.add_parser("figures", help="write the standard paper figures for runs or runs roots")
     fg.add_argument("paths", nargs="+", help="run directories or roots holding runs")
     fg.add_argument("--out", required=True, help="folder for the SVG/PDF/PNG files and their manifests")
-    fg.add_argument("--window", type=int, default=25, help="rolling window (turns) for steps per turn")
-    fg.add_argument("--width", choices=("single", "double"), default=None,
-                    help="every figure one column (3.3 in) or full width (7 in); default: each figure's own")
+    fg.add_argument("--window", type=_at_least(1), default=25, help="rolling window (turns) for steps per turn")
+    fg.add_argument("--width", default=None,
+                    help="every figure's whole width, and the width the tables are fitted to: single (a column, "
+                         "3.45 in), double (a two-column page's text, 7 in), text (a one-column page's text, 5.5 in) "
+                         "or a length such as 3.3in, 241pt (TeX points), 8.5cm; default: each figure's own, each "
+                         "table a column if it fits one")
+    fg.add_argument("--height", default=None,
+                    help="every figure's whole height as a length (3in, 180pt); default: each figure's own aspect")
+    fg.add_argument("--font-size", type=float, default=8.0,
+                    help="type size in pt of titles, legends and notes (tick labels 1 pt smaller); default 8")
+    fg.add_argument("--font", choices=("sans", "serif"), default="sans", help="typeface (DejaVu); default sans")
     fg.add_argument("--html", action="store_true", help="also write index.html showing every figure and table")
     fg.set_defaults(func=cmd_figures)
 
@@ -633,20 +774,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="switch a component of mfm off; no-budget (notes uncapped) also for any method with "
                         "notes (repeatable)")
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--steps", type=int, default=None, help="env step budget (default: the task's)")
+    r.add_argument("--steps", type=_at_least(1), default=None, help="env step budget (default: the task's)")
     r.add_argument("--out", default=None, help="run directory (default: runs/TASK_METHOD_sSEED)")
     r.add_argument("--fixed-clock", action="store_true", help="deterministic timestamps (byte-identical runs)")
-    r.add_argument("--consolidate-every", type=int, default=25, help="episodes between consolidations")
+    r.add_argument("--consolidate-every", type=_at_least(1), default=25, help="episodes between consolidations")
     r.add_argument("--quiet", action="store_true", help="no progress line")
     r.add_argument("--policy", default="scripted", choices=POLICIES,
                    help="who decides: the scripted policy or a model (llm; see docs/llm.md)")
     r.add_argument("--model", default=None, help="model name for --policy llm (endpoint and key from "
                                                  "OPENAI_BASE_URL and OPENAI_API_KEY)")
     r.add_argument("--base-url", default=None, help="endpoint for --policy llm (default: $OPENAI_BASE_URL)")
-    r.add_argument("--price-in", type=float, default=0.0, help="USD per 1k prompt tokens (cost estimate)")
-    r.add_argument("--price-out", type=float, default=0.0, help="USD per 1k completion tokens (cost estimate)")
-    r.add_argument("--max-failures", type=int, default=5, help="model failures in a row that stop the run")
-    r.add_argument("--timeout", type=float, default=60.0, help="seconds per model request")
+    r.add_argument("--price-in", type=_price, default=0.0, help="USD per 1k prompt tokens (cost estimate)")
+    r.add_argument("--price-out", type=_price, default=0.0, help="USD per 1k completion tokens (cost estimate)")
+    r.add_argument("--max-failures", type=_at_least(1), default=5, help="model failures in a row that stop the run")
+    r.add_argument("--timeout", type=_seconds, default=60.0, help="seconds per model request")
     r.add_argument("--no-images", action="store_true", help="do not send inspected frames as images")
     r.add_argument("--perception", default="map", choices=PERCEPTIONS,
                    help="where the live 9x7 view and daylight come from: the world map (default) or the "
@@ -665,14 +806,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "('all' for every one); no-budget runs for every listed method "
                                                    "with notes")
     w.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    w.add_argument("--jobs", type=int, default=None, help="runs at a time (default: 2; with --backend ray, "
-                                                          "the cluster's CPUs)")
-    w.add_argument("--steps", type=int, default=None, help="env step budget (default: the task's)")
+    w.add_argument("--jobs", type=_at_least(1), default=None, help="runs at a time (default: 2; with --backend "
+                                                                     "ray, the cluster's CPUs)")
+    w.add_argument("--steps", type=_at_least(1), default=None, help="env step budget (default: the task's)")
     w.add_argument("--out", required=True, help="folder of the runs (one sub-folder per run)")
     w.add_argument("--no-fixed-clock", dest="fixed_clock", action="store_false",
                    help="wall-clock timestamps instead of the deterministic clock")
     w.add_argument("--retry", action="store_true", help="set unfinished runs aside (OUT/.failed/) and run them again")
-    w.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds (recorded as crashed)")
+    w.add_argument("--timeout", type=_seconds, default=None,
+                   help="kill a run after this many seconds (recorded as crashed)")
     w.add_argument("--backend", default="local", choices=("local", "ray"),
                    help="where the runs' processes run: here, or as Ray tasks (ray extra; docs/scale.md)")
     w.add_argument("--address", default=None, help="with --backend ray: the cluster to join ('auto': the one "
@@ -703,9 +845,9 @@ def build_parser() -> argparse.ArgumentParser:
     er = esub.add_parser("run", help="learner runs: configurations x seeds, in parallel processes")
     er.add_argument("--configs", default="all", help="comma-separated: passive, ical, ical-no-AXIS; or all")
     er.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    er.add_argument("--episodes", type=int, default=30, help="Echo episodes (attempts at a goal) per run")
-    er.add_argument("--step-cap", type=int, default=120, help="env steps allowed per Echo episode")
-    er.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    er.add_argument("--episodes", type=_at_least(1), default=30, help="Echo episodes (attempts at a goal) per run")
+    er.add_argument("--step-cap", type=_at_least(10), default=120, help="env steps allowed per Echo episode")
+    er.add_argument("--jobs", type=_at_least(1), default=2, help="runs at a time")
     er.add_argument("--out", default="runs/echo", help="folder of the runs (one sub-folder per run)")
     er.add_argument("--no-report", action="store_true", help="do not print the table afterwards")
     ep = esub.add_parser("report", help="print Success@0->k per family, unlock curves and speed-up")
@@ -723,14 +865,26 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.WARNING - 10 * args.verbose + 10 * args.log_quiet
     logging.basicConfig(level=min(max(level, logging.DEBUG), logging.CRITICAL), stream=sys.stderr,
                         format="mfm: %(levelname)s: %(name)s: %(message)s")
+    name = args.command + (f" {args.echo_command}" if args.command == "echo" else "")
     try:
-        return args.func(args)
+        with progress.command(name, enabled=not args.log_quiet):
+            return args.func(args)
     except KeyboardInterrupt:
         print(f"mfm {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
         if args.verbose:
             raise
+        from mfm.objectstore import store_failure
+
+        why = store_failure(e)
+        if why is not None:
+            print(f"mfm {name}: {why}", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError) and e.strerror:
+            where = f"{e.filename}: " if e.filename is not None else ""
+            print(f"mfm {name}: {where}{e.strerror} (-v shows where)", file=sys.stderr)
+            return 2
         print(f"mfm {args.command}: internal error: {type(e).__name__}: {e} (mfm -v {args.command} ... shows where; "
               "please report it)", file=sys.stderr)
         return 3

@@ -23,12 +23,28 @@ from typing import Annotated, Any, BinaryIO, ClassVar, Iterator, get_args, get_o
 
 import numpy as np
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """1.1: ``IndexRow.image`` is null when the end observation is the episode's last per-step
 frame, which readers then take from its frame strip (docs/run-format.md, ``image``).
 1.2: ``seen.jsonl`` (:class:`SeenRow`), what each episode's frames showed; runs of 1.1 have
-none and read as before."""
+none and read as before.
+1.3: structured outcomes: an episode's call and how it ended as fields, not only as summary
+prose: ``material``, ``target`` and ``reason`` of :class:`IndexRow`, and ``action``, ``args``,
+``material``, ``target`` of ``outcome.json`` (:class:`EpisodeOutcome`); runs of 1.2 have
+none (their readers take them from the summary: ``loaders.failures``)."""
 SCHEMA_MAJOR, SCHEMA_MINOR = (int(p) for p in SCHEMA_VERSION.split("."))
+STRUCTURED_OUTCOMES = (1, 3)
+"""The format version from which an episode's call and ending are fields (:class:`IndexRow`'s
+``material``, ``target``, ``reason``; :class:`EpisodeOutcome`), not only summary prose."""
+
+
+def version_at_least(version: Any, since: tuple[int, int]) -> bool:
+    """Whether a run's ``schema_version`` (``"1.3"``) is ``since`` or later; False when it
+    cannot be read."""
+    if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+", version):
+        return False
+    major, minor = (int(p) for p in version.split("."))
+    return (major, minor) >= since
 
 EPISODE_ID = re.compile(r"^ep_\d{6,}$")
 INHERITED = "inherited"
@@ -168,6 +184,7 @@ Dicts = Annotated[tuple[dict[str, Any], ...], "list"]
 Obj = Annotated[dict[str, Any], "dict"]
 OptObj = Annotated[dict[str, Any] | None, "dict?"]
 GridCell = Annotated[tuple[int, ...], "cell"]
+OptCell = Annotated[tuple[int, ...] | None, "cell?"]
 Vec2 = Annotated[tuple[int, int], "vec2"]
 Counts = Annotated[dict[str, int], "counts"]
 
@@ -313,6 +330,13 @@ class IndexRow(Record):
     frames: Int = 0
     """Frames stored, one per step, in strips of ``FRAMES_PER_CHUNK``: at most the episode's
     steps (``last_step - first_step``) and :data:`MAX_EPISODE_FRAMES`."""
+    material: OptStr = None
+    """(1.3) What the call named to act on, make or place (``stone``, ``table``); null: none."""
+    target: OptCell = None
+    """(1.3) The world cell ``[x, y]`` the call named; null: none."""
+    reason: OptStr = None
+    """(1.3) Why the episode ended as it did: the reason its last atom gave (``no tree at
+    (30, 31) (grass)``, ``died (arrow)``, ``budget``); null for initial episodes."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kind": EPISODE_KINDS, "outcome": OUTCOMES}
 
@@ -330,6 +354,32 @@ class IndexRow(Record):
             if rel is not None and not plain_relative(rel):
                 raise SchemaError(f"{name} must be a relative path inside the run (no '..', no leading '/'), "
                                   f"got {rel!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeOutcome(Record):
+    """``episodes/ep_NNNNNN/outcome.json``: how the episode ended (MFM, with our fields).
+
+    ``label`` is the index row's ``outcome``; ``reason`` why it ended so; ``atoms`` the
+    ``{"label", "reason"}`` of each atom it ran; ``damage`` the health it lost (not counting a
+    death). Since 1.3 the call it ran: ``action`` (the atom or procedure, the index row's
+    ``action_kind``), its ``args`` (as ``action.json`` holds them), and the ``material`` and
+    ``target`` cell it named (as in the index row). An initial episode's has only the first
+    three fields; an MFM folder's may hold other fields, which readers ignore."""
+
+    last_step: Int
+    tags: Strs = ()
+    events: Strs = ()
+    label: OptStr = None
+    reason: OptStr = None
+    atoms: OptItems = None
+    damage: OptNum = None
+    action: OptStr = None
+    args: OptObj = None
+    material: OptStr = None
+    target: OptCell = None
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"label": OUTCOMES}
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,11 @@ import numpy as np
 from mfm.boundary import UnsafePath, inside
 from mfm.memory.agent_memory import replay
 from mfm.memory import packed
-from mfm.memory.retrieval import FrameError, check_end_frame, decode_image, ends_in_strip
-from mfm.schema import (FRAMES_PER_CHUNK, INHERITED, LOGS, MANIFEST, TABLES, IndexRow, Problem, RunManifest,
-                        SeenRow, StepRow, frame_chunk, iter_jsonl, read_manifest, read_table)
+from mfm.progress import counted
+from mfm.memory.retrieval import FrameError, check_end_frame, decode_image, ends_in_strip, load_episode
+from mfm.schema import (FRAMES_PER_CHUNK, INHERITED, LOGS, MANIFEST, STRUCTURED_OUTCOMES, TABLES, EpisodeOutcome,
+                        IndexRow, Problem, RunManifest, SchemaError, SeenRow, StepRow, frame_chunk, iter_jsonl,
+                        read_manifest, read_table, version_at_least)
 
 
 @dataclass
@@ -294,9 +296,12 @@ def validate(run_dir: Path, frames: bool = False, read: Callable[[Path, str], Ta
         pool.shutdown(wait=True)
     if frames:
         refused = {p.line for p in file_problems if p.message.endswith(OUTSIDE)}
-        for n, r in zip(c.lines["index.jsonl"], index):
+        outcomes = c.manifest is not None and version_at_least(c.manifest.schema_version, STRUCTURED_OUTCOMES)
+        for n, r in counted(list(zip(c.lines["index.jsonl"], index)), "episodes' frames checked"):
             if n not in refused:
                 _check_frames(c, run_dir, n, r)
+                if outcomes:
+                    _check_outcome(c, run_dir, n, r)
     c.problems += file_problems
     if c.manifest is not None:
         steps = c.tables["steps.jsonl"]
@@ -308,6 +313,41 @@ def validate(run_dir: Path, frames: bool = False, read: Callable[[Path, str], Ta
     if not (run_dir / LOGS).exists() and index:
         c.problems.append(Problem(LOGS, 0, "missing (the human-readable log)", "warning"))
     return c
+
+
+AGREEING = (("action", "action_kind"), ("label", "outcome"), ("material", "material"), ("target", "target"),
+            ("reason", "reason"))
+"""Fields of ``outcome.json`` (:class:`~mfm.schema.EpisodeOutcome`) and of the episode's index
+row that hold the same value (format 1.3)."""
+
+
+def _check_outcome(c: RunContents, run_dir: Path, n: int, r: IndexRow) -> None:
+    """An episode's ``outcome.json`` in a run of format 1.3 or later (``--frames``): each field
+    of :class:`~mfm.schema.EpisodeOutcome` of its kind, and each it holds of those the index row
+    holds too (:data:`AGREEING`) equal to the row's (all are optional: one left out is no
+    problem). A file missing or refused is reported by the file checks."""
+    try:
+        obj = load_episode(run_dir, r).outcome
+    except UnsafePath:
+        return
+    if obj is None:
+        return
+    name = f"{r.path}/outcome.json"
+    try:
+        out = EpisodeOutcome.from_dict(obj)
+    except (SchemaError, TypeError, ValueError) as e:
+        c.problems.append(Problem(name, 0, f"{e} (the episode of index.jsonl:{n})"))
+        return
+    for mine, theirs in AGREEING:
+        a, b = getattr(out, mine), getattr(r, theirs)
+        if mine in obj and a != b:
+            c.problems.append(Problem(name, 0, f"{mine} is {_shown(a)}, index.jsonl:{n} says {theirs} "
+                                               f"{_shown(b)}"))
+
+
+def _shown(v: Any) -> str:
+    """A field's value as a problem names it (a cell as [x, y])."""
+    return "null" if v is None else repr(list(v) if isinstance(v, tuple) else v)
 
 
 def _episode_refs(c: RunContents) -> list[EpisodeRef]:

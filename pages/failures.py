@@ -16,7 +16,7 @@ from mfm.memory.retrieval import FrameError
 
 BACK_MAX = 64  # the most steps a filmstrip reaches back before its episode
 
-_, focus = ui.sidebar(("act", "mat", "outcome", "cause", "life", "range", "ep", "back"))
+_, focus = ui.sidebar(("act", "mat", "outcome", "cause", "range", "ep", "back"))  # life: shared with the time cursor
 key, run = ui.need_run(focus)
 st.title("Failures")
 st.caption("Every failed or interrupted action (collect, place, make, attack, go_to, …) and every death. Filter, "
@@ -169,7 +169,7 @@ cell = fl.failure_cell(run, row)
 if cell is not None:
     st.page_link(pg["grid"], label=f"Open cell ({cell[0]}, {cell[1]}) in the Spatial grid"
                  + (f", the target ({target[0]}, {target[1]}) marked" if target else ""), icon=":material/grid_on:",
-                 query_params=ui.link_params(cell=f"{cell[0]},{cell[1]}", life=int(row["life"]),
+                 query_params=ui.link_params(cell=f"{cell[0]},{cell[1]}", life=int(row["life"]), step=int(row["step"]),
                                              mark=f"{target[0]},{target[1]}" if target else None))
 if not pd.isna(row["turn"]):
     st.page_link(pg["turns"], label=f"Open turn {int(row['turn'])} in Turns", icon=":material/psychology:",

@@ -12,12 +12,13 @@ from dashboard import ui, vega_charts
 from dashboard.core import MAX_FRAMES, FrameRef, copy_key, format_frame_refs, format_region, parse_cell, \
     parse_frame_refs, parse_region, resolve_run_key
 from loaders import frame_compare, run_pages
+from loaders import notes as notes_mod
 from loaders.inherited import inherited_id
 from loaders.turns import frame_position
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError, compare, crop, enlarge
 
-runs, focus = ui.sidebar(("frames", "tiles", "diff", "region", "cell", "thr", "align"))
+runs, focus = ui.sidebar(("frames", "tiles", "diff", "region", "cell", "thr", "align", *ui.CURSOR_KEYS))
 key, run = ui.need_run(focus)
 root = ui.root()
 st.title("Frames")
@@ -27,9 +28,17 @@ open_keys = [k for k, _ in runs]
 by_key = dict(runs)
 ui.follow_live(runs)
 
+cursor = ui.cursor_bar(run, ui.cursor(run))
+if cursor is not None and not ui.named("frames") and ui.qp("frames"):
+    ui.set_qp(frames=None)  # frames remembered from before the cursor moved: the cursor's frame is shown instead
+following = cursor is not None and not ui.qp("frames")
 refs, ref_errors = parse_frame_refs(ui.qp("frames"))
 for e in ref_errors:
     st.warning(ui.md(e, 200))
+if following:
+    refs = [FrameRef(key, step=cursor.step)]
+    st.caption(f"Showing the frame at the time cursor (step {cursor.step}); it follows the cursor until you add "
+               "or remove a frame.")
 
 
 def _set(new: list[FrameRef], cell: str | None = None) -> None:
@@ -71,8 +80,8 @@ with tab_step:
     c1, c2, c3 = st.columns([3, 2, 2])
     src = c1.selectbox("Run", open_keys, index=open_keys.index(key), key="w_step_run")
     lo, hi = run_pages.step_bounds(by_key[src])
-    s = c2.number_input("Env step", min_value=lo, max_value=max(lo, hi), value=min(max(lo, hi), max(lo, 1)),
-                        key="w_step_n")
+    s = c2.number_input("Env step", min_value=lo, max_value=max(lo, hi),
+                        value=min(max(lo, hi), max(lo, cursor.step if cursor and src == key else 1)), key="w_step_n")
     c3.write("")
     c3.button("Add frame", key="add_step", disabled=len(refs) >= MAX_FRAMES, on_click=_set,
               args=(refs + [FrameRef(src, step=int(s))],))
@@ -246,6 +255,16 @@ for note, img in diff_notes:
     big = enlarge(np.concatenate([frames[0], np.full((frames[0].shape[0], 2, 3), 255, np.uint8), img], axis=1), 4)
     st.image(big, width=big.shape[1], caption="frame 1 | the frame as compared, changes in magenta (×4, nearest "
                                               "neighbour)", output_format="PNG")
+
+mine = sorted({ref.step for ref, _, _ in loaded if ref.run == key and ref.step is not None})
+if mine:
+    shown_notes = [n for n in notes_mod.at(ui.root_notes().notes, key, lo=mine[0], hi=mine[-1])
+                   if n.target in ("step", "region") and n.step in mine]
+    ui.show_notes(shown_notes)
+    life_1 = run_pages.life_at(run, mine[0])
+    if life_1 is not None:
+        ui.note_form("note_region", key, "region", f"tiles {c0}–{c1_ - 1} × {r0}–{r1 - 1} of the frame of step "
+                     f"{mine[0]}", life=life_1, step=mine[0], region=(c0, c1_, r0, r1))
 
 st.subheader("Magnified region")
 crops = [crop(f, region) for f in frames]

@@ -9,10 +9,11 @@ from dashboard import figures, ui, vega_charts
 from dashboard.core import clamp_range, format_range, parse_cell, split_list
 from dashboard.theme import CELL_KIND_COLORS
 from loaders import chart_data, run_pages
+from loaders import cursor as cur
 from loaders.run import Run
 from mfm.schema import GRID_KINDS
 
-_, focus = ui.sidebar(("cell", "range", "kinds", "life", "mark"))
+_, focus = ui.sidebar(("cell", "range", "kinds", "mark", *ui.CURSOR_KEYS))
 key, run = ui.need_run(focus)
 st.title("Spatial grid")
 st.caption(f"{ui.md_code(key)} · the cells the agent interacted with (append-only grid.jsonl), its paths and deaths; "
@@ -27,6 +28,7 @@ if run.is_3d:
     band = st.slider("Height y (blocks)", lo_h, hi_h, (lo_h, hi_h),
                      help="This run is 3-D: the map shows the horizontal plane (x, z); keep cells and episodes "
                           "whose height y lies in this band.")
+cursor = ui.cursor_bar(run, ui.cursor(run))
 first, last = run_pages.step_bounds(run)
 range_widget = ui.bound("w_grid_range", "range", (first, last), lambda v: clamp_range(v, first, last),
                         format_range, sync=True)
@@ -38,9 +40,21 @@ bad_kinds = [k for k in split_list(ui.qp("kinds")) if k not in GRID_KINDS]
 if bad_kinds:
     st.warning(f"URL parameter `kinds`: {', '.join(ui.md_code(k, 40) for k in bad_kinds)} "
                f"{'is' if len(bad_kinds) == 1 else 'are'} no cell kind: dropped.", icon="🚫")
+
+
+def _life_moved(life: int | None) -> dict:
+    """Another life moves the time cursor to that life's last step; all lives clears it."""
+    if cursor is None:
+        return {}
+    if life is None:
+        return {"step": None}
+    return {"step": (cur.life_bounds(run, life) or (None, None))[1]}
+
+
 c1, c2, c4, c3 = st.columns([3, 3, 1.4, 1.6])
 c4.selectbox("Life", all_lives, placeholder="all lives",
-             **ui.bound("w_life", "life", None, lambda v: life if (life := int(v)) in all_lives else None),
+             **ui.bound("w_life", "life", None, lambda v: life if (life := int(v)) in all_lives else None,
+                        sync=cursor is not None, also=_life_moved),
              format_func=lambda v: f"life {v}", help="Show one life only (empty: all lives).")
 if last > first:
     c1.slider("Step range", min_value=first, max_value=last, **range_widget)
@@ -51,6 +65,14 @@ show_paths = c3.toggle("Paths", value=True, key="w_paths")
 show_eps = c3.toggle("Episode positions", value=True, key="w_eps")
 lo, hi = st.session_state["w_grid_range"] if last > first else (first, last)
 kinds = st.session_state["w_kinds"]
+upto = cursor is not None and c3.toggle("Up to the cursor", value=True, key="w_grid_upto",
+                                        help="Draw the path and the cells only up to the time cursor's step.")
+if upto:
+    hi = max(lo, min(hi, cursor.step))
+here_now = cur.position(run, cursor) if cursor is not None and not run.is_3d else None
+if cursor is not None:
+    st.caption(f"Time cursor: {ui.md(cur.describe(run, cursor))}"
+               + (f". Paths and cells up to step {hi}; the black ring is where the agent stood." if upto else "."))
 
 cell = parse_cell(ui.qp("cell"))
 mark = parse_cell(ui.qp("mark"))
@@ -72,6 +94,13 @@ def _map(r: Run, lo: int, hi: int, kinds: tuple[str, ...], life: int | None, ban
 
 view, fig = ui.cached(_map, max_entries=16, shared=True)(run, lo, hi, tuple(kinds), st.session_state["w_life"], band,
                                                         show_paths, show_eps, cell, mark)
+if here_now is not None:
+    fig = fig.copy(deep=False)
+    fig.layer = [*fig.layer, alt.Chart(pd.DataFrame([{"x": here_now[0], "y": here_now[1], "step": cursor.step,
+                                                   "life": cursor.life}])).mark_point(
+        shape="circle", size=260, strokeWidth=3, color="#000000", filled=False).encode(
+        x=alt.X("x:Q", title="x (cells)"), y=alt.Y("y:Q", title=f"{view.plane} (cells, downwards as in the game)"),
+        tooltip=["step:Q", "life:Q", "x:Q", "y:Q"])]
 
 
 def _on_pick() -> None:

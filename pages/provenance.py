@@ -36,7 +36,7 @@ def _detail(run: Run, node_id: str) -> pv.NodeDetail | None:
     return pv.node_detail(run, _graph(run), node_id)
 
 
-_, focus = ui.sidebar(("node", "range"))
+_, focus = ui.sidebar(("node", "range", *ui.CURSOR_KEYS))
 key, run = ui.need_run(focus)
 st.title("Provenance")
 st.caption(f"{ui.md_code(key)} · what the agent wrote into its own memory (`mine/`), version by version, linked to "
@@ -52,6 +52,7 @@ if full.problems:
     with st.expander(f"⚠️ {len(full.problems)} memory write(s) could not be replayed exactly"):
         st.warning("\n".join(f"- {ui.md(p)}" for p in full.problems[:50]))
 
+cursor = ui.cursor_bar(run, ui.cursor(run))
 steps = [n.step for n in full.nodes]
 first, last = min(steps), max(max(steps), run_pages.step_bounds(run)[1])
 range_widget = ui.bound("w_prov_range", "range", (first, last), lambda v: clamp_range(v, first, last),
@@ -59,6 +60,9 @@ range_widget = ui.bound("w_prov_range", "range", (first, last), lambda v: clamp_
 if last > first:
     st.slider("Step range (memory written in)", min_value=first, max_value=last, **range_widget)
 lo, hi = st.session_state["w_prov_range"]
+if cursor is not None and st.toggle(f"Up to the time cursor (step {cursor.step})", value=True, key="w_prov_upto",
+                                    help="Show the memory written up to the cursor's step only."):
+    hi = max(int(lo), min(int(hi), cursor.step))
 g = _view(run, int(lo), int(hi))
 kinds = g.nodes_frame()["kind"].value_counts() if g.nodes else pd.Series(dtype=int)
 st.caption(f"Steps {lo}–{hi}: {g.total} node(s); drawn: {len(g.nodes)} "

@@ -115,6 +115,12 @@ if runs_open:
     cols[0].page_link(p["timeline"], label="Timeline of the focused run", query_params=params)
     cols[1].page_link(p["frames"], label="Compare frames", query_params=params)
     cols[2].page_link(p["grid"], label="Spatial grid", query_params=params)
+    with st.form("runs_search", border=False):
+        f1, f2 = st.columns([4, 1], vertical_alignment="bottom")
+        words = f1.text_input("Search the open runs", placeholder="what the agent searched, found, noted, planned; "
+                              "episode summaries and events", key="w_runs_find")
+        if f2.form_submit_button("Search", icon=":material/search:") and words.strip():
+            st.switch_page(p["search"], query_params={**params, "find": words.strip()})
 
 if not check:
     st.toggle(f"Check all {len(runs)} runs for damage (reads every run)", key="w_check_all",

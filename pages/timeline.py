@@ -8,6 +8,8 @@ from dashboard import figures, ui, vega_charts
 from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.theme import STATUS_LABELS
 from dashboard.scrubber import LABEL, frame_scrubber
+from loaders import cursor as cur
+from loaders import notes as notes_mod
 from loaders import run_pages
 from loaders.inherited import episode_label, is_inherited
 from loaders.run import Run
@@ -21,7 +23,7 @@ def _fmt(v: float | None) -> str:
     return "—" if v is None else f"{v:g}" if float(v).is_integer() else f"{v:.1f}"
 
 
-_, focus = ui.sidebar(("ep", "step", "range", "color"))
+_, focus = ui.sidebar(("ep", "range", "color", *ui.CURSOR_KEYS))
 key, run = ui.need_run(focus)
 st.title("Timeline")
 m = run.manifest
@@ -61,6 +63,21 @@ if ep_id and is_inherited(ep_id):
 elif ep_id and run.episode(ep_id) is None:
     st.warning(f"Episode {ui.md(repr(ep_id), 80)} from the URL is not in this run.")
     ep_id = None
+BACK_STEPS = 8  # the scrubber also steps through this many steps before the episode, in its life
+cursor = ui.cursor(run)
+if cursor is not None:
+    held = run.episode(ep_id) if ep_id and not is_inherited(ep_id) else None
+    who = cur.follow(ui.named("ep"), ui.named("step"), held is not None and cur.episode_contains(held, cursor,
+                                                                                                BACK_STEPS))
+    if held is not None and who == "target":
+        cursor = cur.episode_start(held)
+        ui.set_cursor(cursor)
+    elif held is None or who == "cursor":
+        at = cur.episode_at(run, cursor)
+        ep_id = at.id if at is not None else None
+        ui.set_qp(ep=ep_id)
+elif ep_id and (held := run.episode(ep_id)) is not None:
+    ui.set_cursor(cur.episode_start(held))
 step = parse_int(ui.qp("step"))
 
 view = ui.timeline(run, lo, hi, color_by)
@@ -79,12 +96,6 @@ fig = ui.cached(_chart, max_entries=16, shared=True)(
 points = len(bars) + len(marks) + len(view.vital_lines)
 
 
-def _first_frame(ep: str | None) -> int | None:
-    """The step of an episode's first frame (None: no episode or no frames)."""
-    ref = run.episode(ep) if ep else None
-    return ref.first_step + 1 if ref and ref.frames else None
-
-
 def _on_bar() -> None:
     """Chart selection callback: a clicked episode bar becomes the selected episode (a bar
     that merges several episodes names none)."""
@@ -92,7 +103,8 @@ def _on_bar() -> None:
     for p in (sel["selection"].get(vega_charts.TIMELINE_PICK) or [] if sel and sel.get("selection") else []):
         ep = p.get("episode")
         if isinstance(ep, str) and run.episode(ep) is not None:
-            ui.set_qp(ep=ep, step=_first_frame(ep))
+            ui.set_qp(ep=ep)
+            ui.set_cursor(cur.episode_start(run.episode(ep)))
             break
 
 
@@ -115,7 +127,7 @@ summaries = dict(zip(eps["id"], eps["summary"]))
 st.selectbox("Episode", options, placeholder="Pick an episode (or click a bar)",
              format_func=lambda e: f"{e} — {summaries.get(e, '')[:90]}",
              **ui.bound("w_ep", "ep", None, lambda v: v if v == ep_id and v in options else None, sync=True,
-                        also=lambda e: {"step": _first_frame(e)}))
+                        also=lambda e: cur.episode_start(run.episode(e)).params() if e and run.episode(e) else {}))
 if len(in_range) > ui.LISTED:
     st.caption(f"Only the first {ui.LISTED:,} episodes of the range are listed; zoom in to reach the others.")
 
@@ -130,6 +142,7 @@ except (KeyError, UnsafePath) as e:
 row = d.row
 st.subheader(ui.md(f"{row.id} · {row.action_kind or row.kind} · steps {row.first_step}–{row.last_step} · "
                    f"life {row.life}"))
+ui.show_notes(notes_mod.at(ui.root_notes().notes, key, life=row.life, lo=row.first_step, hi=row.last_step))
 left, right = st.columns([3, 2])
 with left:
     st.markdown(f"**Summary.** {ui.md(row.summary)}")
@@ -207,7 +220,6 @@ if row.frames:
 
 
 scrub_data = ui.cached(episode_scrub, max_entries=16)
-BACK_STEPS = 8  # the scrubber also steps through this many steps before the episode, in its life
 
 
 @st.fragment
@@ -229,7 +241,7 @@ def _scrubber(row: IndexRow) -> None:
         got = (st.session_state.get("w_scrub") or {}).get("step")
         if isinstance(got, int) and lo_s <= got <= hi_s:
             st.session_state["w_step"] = got
-            ui.set_qp(step=got)
+            ui.set_cursor(cur.Cursor(row.life, got))
 
     label = f"{LABEL}, from {own - lo_s} step(s) before it" if lo_s < own else None
     frame_scrubber(row.id, start, frames, captions, st.session_state["w_step"], "w_scrub", moved,
@@ -237,10 +249,11 @@ def _scrubber(row: IndexRow) -> None:
     if lo_s < own:
         st.caption(f"Steps {lo_s}–{own - 1} belong to the episode(s) before {ui.md(row.id)} in life {row.life}: "
                    "what led to it.")
-    cur = st.session_state["w_step"]
-    prev = max(first, cur - 1)
-    st.page_link(ui.pages()["frames"], label=f"Compare step {cur} with the previous step in Frames",
-                 query_params=ui.link_params(frames=f"{key}:{prev},{key}:{cur}"))
+    now = st.session_state["w_step"]
+    prev = max(first, now - 1)
+    st.page_link(ui.pages()["frames"], label=f"Compare step {now} with the previous step in Frames",
+                 query_params=ui.link_params(frames=f"{key}:{prev},{key}:{now}"))
+    ui.note_form("note_step", key, "step", f"step {now} (life {row.life})", life=row.life, step=now)
 
 
 if row.frames:

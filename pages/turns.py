@@ -9,6 +9,8 @@ import streamlit as st
 from dashboard import ui
 from dashboard.core import copy_key, parse_int
 from dashboard.scrubber import frame_scrubber
+from loaders import cursor as cur
+from loaders import notes as notes_mod
 from loaders import turns as tv
 from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, TURN_LEGEND, legend_image, legend_text, outline_groups
 from loaders.run_pages import upscale
@@ -18,7 +20,7 @@ from mfm.memory.retrieval import FrameError
 
 NAV_LABELS = {"retarget": "retargeting turn", "failed": "failed turn", "death": "death"}
 
-_, focus = ui.sidebar(("turn",))
+_, focus = ui.sidebar(("turn", *ui.CURSOR_KEYS))
 key, run = ui.need_run(focus)
 st.title("Turns")
 st.caption("One decision at a time: what the agent had when the turn began, what it searched, inspected and "
@@ -33,18 +35,36 @@ if not numbers:
 want = parse_int(ui.qp("turn"))
 if want is not None and want not in numbers:
     st.warning(f"Turn {want} from the URL is not in {ui.md_code(key)}; showing turn {numbers[0]}.")
+    want = None
+by_number = {t.turn: t for t in run.records("turns.jsonl")}
+cursor = ui.cursor(run)
+if cursor is not None:
+    held = by_number.get(want) if want is not None else None
+    who = cur.follow(ui.named("turn"), ui.named("step"), held is not None and cur.turn_contains(held, cursor))
+    if held is not None and who == "target":
+        ui.set_cursor(cur.turn_start(held))
+    elif held is None or who == "cursor":
+        at = cur.turn_at(run, cursor)
+        if at is not None:
+            ui.set_qp(turn=at.turn)
+        elif held is None:
+            st.info(f"No turn of {ui.md_code(key)} took step {cursor.step} of life {cursor.life}: showing "
+                    f"turn {numbers[0]}.")
+elif want is not None:
+    ui.set_cursor(cur.turn_start(by_number[want]))
 kinds = ui.cached(tv.turn_kinds)(run)
 flags = {int(r.turn): [k for k in tv.NAV_KINDS if getattr(r, k)] for r in kinds.itertuples()}
 st.selectbox("Turn", numbers,
              format_func=lambda t: f"turn {t}" + (f" · {', '.join(flags[t])}" if flags.get(t) else ""),
              **ui.bound("w_turn", "turn", numbers[0], lambda v: t if (t := int(v)) in numbers else None, sync=True,
-                        keep=True))
+                        keep=True, also=lambda t: cur.turn_start(by_number[t]).params() if t in by_number else {}))
 turn = int(st.session_state["w_turn"])
 nav = tv.navigation(kinds, turn)
 
 
 def _go(n: int) -> None:
     ui.set_qp(turn=n)
+    ui.set_cursor(cur.turn_start(by_number[n]))
 
 
 buttons = [("← previous turn", nav.prev), ("next turn →", nav.next)]
@@ -64,6 +84,9 @@ pos = f"({v.position[0]:g}, {v.position[1]:g})" if v.position else "unknown"
 st.subheader(f"Turn {v.turn} · life {v.life} · {tv.turn_steps(v.first_step, v.last_step)}")
 st.markdown(f"**Position** {pos} in life {v.life} · **policy** {ui.md_code(v.policy)}"
             + (" · **retargets**" if v.retargets else ""))
+ui.show_notes([n for n in notes_mod.at(ui.root_notes().notes, key, turn=v.turn, life=v.life, lo=v.first_step,
+                                        hi=v.last_step) if n.target != "run"])
+ui.note_form("note_turn", key, "turn", f"turn {v.turn}", turn=v.turn, life=v.life, step=v.first_step)
 
 
 def _num(v: object, spec: str, unit: str = "") -> str:
@@ -103,8 +126,16 @@ if v.last_step > v.first_step:
     try:
         start, frames, captions = ui.cached(steps_scrub, max_entries=16)(run, v.first_step + 1, v.last_step, v.life)
         if frames:
-            frame_scrubber(f"turn {v.turn}", start, frames, captions, start, "w_turn_scrub",
-                           label="Step (scrub the turn's frames)")
+            now = parse_int(ui.qp("step"))
+            at = now if now is not None and start <= now < start + len(frames) else start
+
+            def _moved() -> None:
+                got = (st.session_state.get("w_turn_scrub") or {}).get("step")
+                if isinstance(got, int) and start <= got < start + len(frames):
+                    ui.set_cursor(cur.Cursor(v.life, got))
+
+            frame_scrubber(f"turn {v.turn}", start, frames, captions, at, "w_turn_scrub", _moved,
+                           label="Step (scrub the turn's frames; moves the time cursor)")
         else:
             st.caption("No frame of this life is stored for the turn's steps.")
     except (FrameError, UnsafePath) as e:

@@ -3,6 +3,7 @@ out from a run's raw files with json alone (never through the loaders), and the 
 tests need, picked from the raw files so that they survive the samples' regeneration."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from raw import action_of, jsonl, sample_runs
@@ -146,3 +147,66 @@ def retarget_seen_in_many(root: Path, more_than: int = 3) -> tuple[Path, dict]:
                 best = (len(eps), run, t)
     assert best is not None, f"no sample turn inspects more than {more_than} episodes and sees a new target"
     return best[1], best[2]
+
+
+# The time cursor, search and notes (issue 43, the rest): plain json readers of the run files.
+
+
+def turn_taking(run_dir: Path, life: int, step: int) -> dict | None:
+    """The turn record of ``life`` whose actions took ``step`` (first_step < step <= last_step,
+    the last such in the file), else the last one of the life decided at ``step``."""
+    turns = [t for t in jsonl(run_dir / "turns.jsonl") if t["life"] == life]
+    took = [t for t in turns if t["first_step"] < step <= t["last_step"]]
+    if took:
+        return sorted(took, key=lambda t: (t["first_step"], t["turn"]))[-1]
+    at = [t for t in turns if t["first_step"] == step]
+    return sorted(at, key=lambda t: (t["first_step"], t["turn"]))[-1] if at else None
+
+
+def episode_playing(run_dir: Path, life: int, step: int) -> dict | None:
+    """The index row of ``life`` that played ``step`` (the last in the file), else the last
+    ending at it."""
+    rows = [r for r in jsonl(run_dir / "index.jsonl") if r["life"] == life]
+    played = [r for r in rows if r["first_step"] < step <= r["last_step"]]
+    if played:
+        return played[-1]
+    ended = [r for r in rows if r["last_step"] == step]
+    return ended[-1] if ended else None
+
+
+def memory_as_of(run_dir: Path, path: str, step: int) -> tuple[str | None, int, int]:
+    """``path`` as of env ``step`` under the docs' as-of rule (a write holds from its step; a
+    plan write, ``plan:`` to mine/working.md, from its turn's first step; never later than a
+    later write to the file): its text (None before the first write), its version number
+    (0 before it) and the number of versions."""
+    firsts = {t["turn"]: t["first_step"] for t in jsonl(run_dir / "turns.jsonl")}
+    writes = [(w, after) for w, _, after in replay_memory(run_dir) if w["path"] == path]
+    own = []
+    for w, _ in writes:
+        start = w["step"]
+        if path == "mine/working.md" and str(w["reason"]).startswith("plan:") and w.get("turn") in firsts \
+                and firsts[w["turn"]] <= w["step"]:
+            start = firsts[w["turn"]]
+        own.append(start)
+    holds, low = [0] * len(own), None
+    for i in range(len(own) - 1, -1, -1):
+        low = own[i] if low is None else min(low, own[i])
+        holds[i] = low
+    shown = [i for i, h in enumerate(holds) if h <= step]
+    if not shown:
+        return None, 0, len(writes)
+    i = shown[-1]
+    return (None if writes[i][0].get("op") == "delete" else writes[i][1]), i + 1, len(writes)
+
+
+def turns_mentioning(run_dir: Path, word: str) -> tuple[list[int], list[int]]:
+    """The turns whose search calls name ``word`` in their arguments, and those whose
+    inspections found a thing called ``word`` (sorted, each once)."""
+    asked, found = set(), set()
+    for t in jsonl(run_dir / "turns.jsonl"):
+        for c in t["calls"]:
+            if c["tool"] == "search" and word in json.dumps(c["args"]).lower():
+                asked.add(t["turn"])
+            if c["tool"] == "inspect" and any(f.get("name") == word for f in c["result"].get("found") or []):
+                found.add(t["turn"])
+    return sorted(asked), sorted(found)

@@ -57,12 +57,12 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Runner, 
         runner.start()
         while runner.harness.perception.step < STEPS and not runner.done:
             runner.run_turn()
-        probe = runner.policy._place_table("wood_pickaxe", "probe: a table for a pickaxe")
+        probe = runner.policy.targets.place_table("wood_pickaxe", "probe: a table for a pickaxe")
         runner.run_turn(probe)
         offered = None
         if not runner.config.mode.procedures:
             runner.procedures.save(TABLE_TOOL, author="test", reason="offered by hand", step=STEPS)
-            offered = runner.policy._place_table("wood_pickaxe", "with a procedure offered by hand")
+            offered = runner.policy.targets.place_table("wood_pickaxe", "with a procedure offered by hand")
         if runner.config.mode.notes:
             runner.tools.consolidate([Fact(f"res:stone@{i},{i}", f"stone at ({i}, {i}), a probe of the budget", "Probe")
                                       for i in range(60)], None, "probe: more facts than the budget holds")
@@ -161,9 +161,9 @@ def test_pro_long_greps_a_place_its_view_showed_long_ago(played: dict[str, tuple
     assert re.search(rf"^\[SEEN\] diamond at .*\({target[0]}, {target[1]}\)", log, re.M)
     hits = runner.tools.text_log.grep(r"^\[SEEN\] diamond at")
     assert hits and hits[0].step == 0
-    runner.policy.sites_until = -1
-    runner.policy._update_sites(runner.harness.perception, runner.tools)
-    assert target in runner.policy.seen_sites["diamond"]
+    runner.policy.recall.sites_until = -1
+    runner.policy.recall.update_sites(runner.harness.perception, runner.tools)
+    assert target in runner.policy.recall.seen_sites["diamond"]
 
 
 def test_vista_reopens_a_frame_older_than_1000_steps_once_its_note_is_gone(tmp_path: Path) -> None:
@@ -186,7 +186,7 @@ def test_vista_reopens_a_frame_older_than_1000_steps_once_its_note_is_gone(tmp_p
     for lookup in range(1, 200):
         now = dataclasses.replace(p, step=p.step + lookup)
         tools.begin_turn(runner.turn + lookup, now.step, now.life)
-        policy._inspect(now, {"diamond"}, tools, tools.facts())
+        policy.recall.inspect(now, {"diamond"}, tools, tools.facts())
         for c in tools.calls:
             if c["tool"] == "inspect":
                 assert c["args"]["by"] == "turn"
@@ -203,28 +203,28 @@ def test_a_content_hit_left_out_by_the_episode_cap_is_not_marked_as_looked_up(tm
     """A content search names more episodes than one lookup opens (``inspect_episodes // 4``).
     Only the episodes opened count as looked up: a hit left out by the cap is opened by the
     next lookup, not barred for ``RECALL_AGAIN`` steps as before the fix."""
-    from mfm.agent.policy import RECALL_AGAIN, RECALL_CELLS, SEEK_BY_FRAMES
+    from mfm.agent.recall import RECALL_AGAIN, RECALL_CELLS, SEEK_BY_FRAMES
 
     runner = Runner(RunConfig(task="reach-1000", seed=2, steps=200, out=tmp_path / "run", fixed_clock=True,
                               inspect_episodes=4))
     runner.run()
     policy, tools, p = runner.policy, runner.tools, runner.harness.perception
     names = set(SEEK_BY_FRAMES)
-    cap = max(1, policy.inspect_episodes // 4)
-    policy.recalled.clear()
+    cap = max(1, policy.recall.inspect_episodes // 4)
+    policy.recall.recalled.clear()
     considered = [(name, h.cell, h.episode) for name in sorted(names)
                   for h in [h for h in tools.find_seen(name, near=p.pos, limit=4 * RECALL_CELLS)
-                            if h.cell not in policy.opened and policy.failed[h.cell] < 2][:RECALL_CELLS]]
-    first = policy._recall(p, names, tools, {})
+                            if h.cell not in policy.head.opened and policy.head.failed[h.cell] < 2][:RECALL_CELLS]]
+    first = policy.recall.by_content(p, names, tools, {})
     assert len(first) == cap
-    assert {ep for _, _, ep in policy.recalled} <= {r.id for r in first}
-    left_out = [k for k in considered if k not in policy.recalled]
+    assert {ep for _, _, ep in policy.recall.recalled} <= {r.id for r in first}
+    left_out = [k for k in considered if k not in policy.recall.recalled]
     assert left_out and all(ep not in {r.id for r in first} for _, _, ep in left_out)
     for later in range(1, RECALL_AGAIN):
-        opened = policy._recall(dataclasses.replace(p, step=p.step + later), names, tools, {})
-        if left_out[0] in policy.recalled:
+        opened = policy.recall.by_content(dataclasses.replace(p, step=p.step + later), names, tools, {})
+        if left_out[0] in policy.recall.recalled:
             break
-    assert left_out[0] in policy.recalled and left_out[0][2] in {r.id for r in opened}
+    assert left_out[0] in policy.recall.recalled and left_out[0][2] in {r.id for r in opened}
 
 
 def test_the_reach_screen_demands_the_iron_a_run_can_expect_to_need(capsys: pytest.CaptureFixture[str]) -> None:

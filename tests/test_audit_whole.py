@@ -190,9 +190,9 @@ def test_failures_page_shows_the_steps_before_and_links_to_the_grid() -> None:
     assert not at.warning, [w.value for w in at.warning]
     assert (at.number_input(key="w_gx").value, at.number_input(key="w_gy").value) == (end["x"], end["y"])
     assert f"**({end['x']}, {end['y']})**" in texts(at)
-    marks = [r for t in vega_data(at)[0] if "mark" in t.columns for r in t.to_dict("records")]
-    assert {"x": target[0], "y": target[1], "mark": "failed target"} in marks
-    assert {"x": end["x"], "y": end["y"], "mark": "selected cell"} in marks
+    marks = [(r["x"], r["y"], r["mark"]) for t in vega_data(at)[0] if "mark" in t.columns for r in t.to_dict("records")]
+    assert (target[0], target[1], "failed target") in marks
+    assert (end["x"], end["y"], "selected cell") in marks
     at = open_app("failures", runs=key, run=key, ep=ep, back="0")
     assert [int(c.split(" ")[1]) for c in captions(at) if c.startswith("step ")] == strip_steps(run_dir, row, 0)
 

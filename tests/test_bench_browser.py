@@ -1,7 +1,10 @@
-"""The browser benchmark (``bench/browser.py``) at smoke size: it serves the dashboard,
-drives Chromium and reports a time for every page and for a frame step. Behaviour only:
-no wall-clock limit is checked (the figures are in docs/benchmarks.md)."""
+"""The browser benchmark (``bench/browser.py``) at smoke size: it serves the dashboard and
+the bare Streamlit app (``bench/bare_app.py``), drives Chromium and reports a time for every
+page, the bare app's beside it and a frame step. Behaviour only: no wall-clock limit is
+checked (the figures are in docs/benchmarks.md)."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -10,20 +13,38 @@ from dash_browser import needs_browser
 pytestmark = [needs_browser, pytest.mark.browser, pytest.mark.slow]
 
 
-def test_browser_benchmark_times_every_page_and_a_frame_step(tmp_path) -> None:
-    from bench.browser import PAGES, baseline, measure
+def test_browser_benchmark_times_every_page_with_its_tables_beside_the_bare_app(tmp_path) -> None:
+    from bench.browser import BARE, PAGES, measure, table
     from bench.synth import make_run
 
     make_run(tmp_path / "runs" / "tiny", steps=300, seed=0)
     out = measure(tmp_path / "runs", "tiny", repeats=1, first=1, steps=2, first_pages=("runs",), warmup=False,
                   log_dir=tmp_path)
     assert out["runs_first_s_median"] > 0 and out["runs_first_connect_s_median"] > 0
+    for kind in ("first", "link", "click"):
+        assert out[f"{BARE}_{kind}_s_median"] > 0, kind
+        assert out[f"runs_{kind}_x_bare"] == pytest.approx(out[f"runs_{kind}_s_median"]
+                                                           / out[f"{BARE}_{kind}_s_median"]), kind
+        assert out[f"{BARE}_{kind}_load_min"] >= 0, kind
+    assert out[f"{BARE}_charts"] == 1 and out[f"{BARE}_images"] == 1 and out[f"{BARE}_tables"] == 0
     for page in PAGES:
         assert out[f"{page}_link_s_median"] > 0, page
         assert out[f"{page}_link_script_s_median"] > 0, page
+        assert out[f"{page}_link_x_bare"] > 0, page
         if page != "runs":  # the click goes from the Runs page to the page
             assert out[f"{page}_click_s_median"] > 0, page
         assert f"{page}_errors" not in out, out[f"{page}_errors"]
+    assert out["runs_tables"] >= 1  # the runs table
+    measures = [json.loads(line) for line in (tmp_path / "measures.jsonl").read_text().splitlines()]
+    assert {m["page"] for m in measures} == {*PAGES, BARE}
+    for m in measures:  # drawn: never before the last table, chart or image of the page changed
+        for what in ("tables", "charts", "images"):
+            if m[f"{what}_ms"] is not None:
+                assert m["ms"] >= m[f"{what}_ms"], m
+        if m["tables"] and m["kind"] != "click":  # a new tab draws its grids after the navigation
+            assert m["tables_ms"] is not None, m
     assert out["frame_step_ms_median"] > 0 and out["frame_step_drawn_ms_median"] >= out["frame_step_ms_min"]
-    base = baseline(repeats=1, steps=2)
-    assert base["baseline_link_s_median"] > 0 and base["baseline_frame_step_ms_median"] > 0
+    assert out["bare_frame_step_ms_median"] > 0 and out["frame_step_x_bare"] > 0
+    text = table(out)
+    for page in (*PAGES, "bare Streamlit app"):
+        assert f"| {page} |" in text, page

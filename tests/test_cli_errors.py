@@ -75,9 +75,7 @@ def test_an_unexpected_error_is_one_line_and_v_shows_its_traceback(monkeypatch: 
 def test_dashboard_without_a_root_or_sample_runs_here_says_what_to_do(tmp_path: Path) -> None:
     one_line(mfm("dashboard", cwd=tmp_path), 2, "no runs root given", "--samples")
     one_line(mfm("dashboard", "x", "--samples", cwd=tmp_path), 2, "not both")
-    got = mfm("dashboard", "--port", "80000", cwd=tmp_path)
-    assert got.returncode == 2 and got.stderr.strip().splitlines()[-1].endswith("a port is 1-65535, not 80000")
-    assert "Traceback" not in got.stderr
+    one_line(mfm("dashboard", "--port", "80000", cwd=tmp_path), 2, "--port", "a port is 1-65535, not 80000")
 
 
 @pytest.mark.slow

@@ -426,8 +426,8 @@ def test_the_game_rules_have_one_home() -> None:
     assert crafter_env.VITALS == game.VITALS == tuple(rules["vitals"])
     env.reset()
     assert crafter_env.SPAWN == tuple(int(v) for v in env._player.pos) == (game.AREA[0] // 2, game.AREA[1] // 2)
-    from mfm.agent import policy
+    from mfm.agent import explore, head
 
-    assert (policy.HALF_COLS, policy.HALF_ROWS) == (crafter_env.HALF_COLS, crafter_env.HALF_ROWS) == (4, 3)
-    assert policy._lattice(game.AREA)[0] == (policy.EDGE, policy.EDGE)
-    assert policy._lattice(game.AREA)[-1] == (game.AREA[0] - 4, game.AREA[1] - 4) == (60, 60)
+    assert (head.HALF_COLS, head.HALF_ROWS) == (crafter_env.HALF_COLS, crafter_env.HALF_ROWS) == (4, 3)
+    assert explore.lattice(game.AREA)[0] == (explore.EDGE, explore.EDGE)
+    assert explore.lattice(game.AREA)[-1] == (game.AREA[0] - 4, game.AREA[1] - 4) == (60, 60)

@@ -14,10 +14,11 @@ import json
 from pathlib import Path
 
 from mfm.agent import Decision, MFMPolicy, RunConfig, Runner
+from mfm.agent.explore import FALLBACK_MIN
 from mfm.agent.mapping import DIRS, WORLD, l1
-from mfm.agent.policy import FACINGS, FALLBACK_MIN, STUCK_REPEATS
 from mfm.agent.protocol import TurnReport
 from mfm.agent.runner import MAX_TURNS_WITHOUT_STEP, stalled_reason
+from mfm.agent.survival import FACINGS, STUCK_REPEATS
 from mfm.envs import CrafterHarness, load_task
 from mfm.envs.crafter_env import SPAWN
 from mfm.validate import validate
@@ -28,7 +29,7 @@ ALL_CELLS = {(x, y) for x in range(WORLD[0]) for y in range(WORLD[1])}
 def _policy() -> MFMPolicy:
     """A scripted MFM policy that has seen the whole map (every explore point)."""
     policy = MFMPolicy(load_task("diamond"), None)  # type: ignore[arg-type]  # explore targets need no procedures
-    policy.seen = set(ALL_CELLS)
+    policy.head.seen = set(ALL_CELLS)
     return policy
 
 
@@ -43,10 +44,10 @@ def _seen_everything_and_seeking_a_diamond(runner: Runner) -> None:
     (so the policy explores), the player at the centre facing where ``step % 4`` points."""
     policy = runner.policy
     assert isinstance(policy, MFMPolicy)
-    policy.seen = set(ALL_CELLS)
+    policy.head.seen = set(ALL_CELLS)
     policy._update_seen = lambda tools: None
-    policy._progress = lambda p, tools, facts, source: policy.seek(p, ["diamond"], tools, facts, source,
-                                                                   "find a diamond")
+    policy.targets.progress = lambda p, tools, facts, source: policy.recall.seek(p, ["diamond"], tools, facts,
+                                                                                source, "find a diamond")
     _face(runner, FACINGS[runner.body.perception.step % 4])
 
 
@@ -57,23 +58,23 @@ def test_fallback_explore_target_is_never_the_players_own_cell() -> None:
     p = harness.reset()
     assert p.pos == SPAWN == (32, 32)
     policy = _policy()
-    target = policy._explore_target(p, {"tree"}, {})
+    target = policy.explorer.target(p, {"tree"}, {})
     assert target != p.pos and l1(target, p.pos) >= FALLBACK_MIN, target
     for x in range(WORLD[0]):
         for y in range(WORLD[1]):
             here = dataclasses.replace(p, pos=(x, y))
-            policy.explore_target = None
-            target = policy._explore_target(here, {"tree"}, {})
+            policy.head.explore_target = None
+            target = policy.explorer.target(here, {"tree"}, {})
             assert l1(target, (x, y)) >= FALLBACK_MIN, ((x, y), target)
             assert 0 <= target[0] < WORLD[0] and 0 <= target[1] < WORLD[1]
     # A player far from the centre keeps the mirrored point (as before the fix) ...
     far = dataclasses.replace(p, pos=(10, 50))
-    policy.explore_target = None
-    assert policy._explore_target(far, {"tree"}, {}) == (54, 14)
+    policy.head.explore_target = None
+    assert policy.explorer.target(far, {"tree"}, {}) == (54, 14)
     # ... unless that point failed twice (e.g. no route to it): then another far point.
-    policy.failed[(54, 14)] = 2
-    policy.explore_target = None
-    other = policy._explore_target(far, {"tree"}, {})
+    policy.head.failed[(54, 14)] = 2
+    policy.head.explore_target = None
+    other = policy.explorer.target(far, {"tree"}, {})
     assert other != (54, 14) and l1(other, far.pos) >= FALLBACK_MIN
 
 
@@ -87,7 +88,7 @@ def test_stuck_handler_turns_another_way_when_no_step_was_taken(tmp_path: Path) 
     policy = runner.policy
     directions = []
     for _ in range(STUCK_REPEATS + 4):
-        policy.idle = 3
+        policy.head.idle = 3
         d = policy.decide(p, runner.tools, None)
         assert d.name == "face" and d.goal == "stuck: turn around"
         directions.append(d.args["direction"])
@@ -95,7 +96,7 @@ def test_stuck_handler_turns_another_way_when_no_step_was_taken(tmp_path: Path) 
     assert sorted(directions[STUCK_REPEATS - 1:]) == sorted(FACINGS + (FACINGS[p.step % 4],)), directions
     # a step taken starts the count again
     later = dataclasses.replace(p, step=p.step + 1)
-    policy.idle = 3
+    policy.head.idle = 3
     assert policy.decide(later, runner.tools, None).args["direction"] == FACINGS[later.step % 4]
     runner.finish("finished", "test")
 
@@ -123,7 +124,7 @@ def test_stuck_handler_alone_gets_the_player_moving(tmp_path: Path) -> None:
     runner = Runner(RunConfig(seed=0, steps=200, out=tmp_path / "run", fixed_clock=True))
     runner.start()
     _seen_everything_and_seeking_a_diamond(runner)
-    runner.policy._fallback_target = lambda p: p.pos
+    runner.policy.explorer.fallback = lambda p: p.pos
     limit = 3 * (STUCK_REPEATS + 3) + 3
     for _ in range(limit):
         runner.run_turn()

@@ -183,9 +183,10 @@ def test_blame_links_each_line_to_its_episode(written_run: WrittenRun):
 
 def test_memory_paths_cannot_leave_mine(tmp_path: Path):
     mem = AgentMemory(tmp_path)
-    for bad in ("../x.md", "/etc/passwd", "mine/../../x", "mine"):
+    for bad in ("../x.md", "/etc/passwd", "mine/../../x", "mine", "mine/a\x00.md", "mine/a\nb.md", "a\\b.md"):
         with pytest.raises(MemoryPathError):
             mem.write(bad, "x", author="a", reason="r", step=0)
+    assert not any(tmp_path.rglob("*a*b*")), "a refused path must leave no file"
     assert mem.write("mine/a.md", "x", author="a", reason="r", step=0).path == "mine/a.md"
     assert mem.write("a.md", "x", author="a", reason="r", step=1) is None
 

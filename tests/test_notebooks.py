@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from conftest import REPO
+from loaders import paper_size
 from raw import Page, decode, jsonl, shrink, stored_frame
 
 NOTEBOOKS = REPO / "notebooks"
@@ -251,7 +252,7 @@ def test_paper_notebook(executed):
         for ext in ("svg", "pdf", "png"):
             assert (figures / f"{stem}.{ext}").stat().st_size > 1000, (stem, ext)
         m = json.loads((figures / f"{stem}.json").read_text())
-        assert m["width"] == width and m["width_pt"] == {"single": 240, "double": 500}[width]
+        assert m["width"] == width and m["width_pt"] == pytest.approx(paper_size.WIDTHS[width], abs=0.01)
         assert sorted(r["key"] for r in m["runs"]) == [d.name for d in DIAMOND]
     assert (figures / "progress.pdf").read_bytes().startswith(b"%PDF")
     shown = png_of(nb, "exported-png")

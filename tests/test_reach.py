@@ -332,8 +332,8 @@ def test_a_larger_world_is_played_and_recorded_at_its_size(tmp_path: Path) -> No
     """``area=128``: crafter builds a 128x128 world, the player starts and respawns at its
     centre, routes are planned past the old 64-tile edge, the explore lattice spans the whole
     world, and a run records cells beyond 64 that validate against the size in its manifest."""
+    from mfm.agent.explore import EDGE, lattice
     from mfm.agent.mapping import NavMap, path_to
-    from mfm.agent.policy import EDGE, _lattice
 
     h = CrafterHarness(0, area=(128, 128))
     p = h.reset()
@@ -341,7 +341,7 @@ def test_a_larger_world_is_played_and_recorded_at_its_size(tmp_path: Path) -> No
     route = path_to(NavMap(area=p.area), p.pos, (100, 100), set(), False)
     assert route and route[-1] == (100, 100)
     assert path_to(NavMap(), (60, 60), (100, 100), set(), False) is None, "a 64-tile map has no cell (100, 100)"
-    points = _lattice((128, 128))
+    points = lattice((128, 128))
     assert all(EDGE <= v < 128 - EDGE for c in points for v in c) and max(x for x, _ in points) > 128 - 2 * EDGE
     out = Runner(RunConfig(task="diamond", seed=0, steps=120, out=tmp_path / "run", fixed_clock=True, area=128)).run()
     run = json.loads((out / "run.json").read_text())
@@ -434,15 +434,15 @@ def test_a_lookup_of_the_frames_may_be_made_again_once_the_note_is_gone(tmp_path
     ``RECALL_AGAIN`` steps later while the place is not in the notes (evicted over the
     budget): before, it was barred for good, and with the place's note evicted the agent
     explored until its budget ran out (``reach-kit-10000`` seed 9, 12,000 steps)."""
-    from mfm.agent.policy import RECALL_AGAIN
+    from mfm.agent.recall import RECALL_AGAIN
 
     runner = Runner(RunConfig(task="reach-kit-10000", seed=9, steps=40, out=tmp_path / "run", fixed_clock=True))
     runner.run()
     policy, tools, p = runner.policy, runner.tools, runner.harness.perception
     shown = {r["episode"] for r in jsonl(tmp_path / "run" / "seen.jsonl") if r["material"] == "diamond"}
-    policy.recalled.clear()
-    first = [e.id for e in policy._recall(p, {"diamond"}, tools, {})]
+    policy.recall.recalled.clear()
+    first = [e.id for e in policy.recall.by_content(p, {"diamond"}, tools, {})]
     assert first and set(first) <= shown
-    assert policy._recall(dataclasses.replace(p, step=p.step + RECALL_AGAIN - 1), {"diamond"}, tools, {}) == []
-    later = policy._recall(dataclasses.replace(p, step=p.step + RECALL_AGAIN), {"diamond"}, tools, {})
+    assert policy.recall.by_content(dataclasses.replace(p, step=p.step + RECALL_AGAIN - 1), {"diamond"}, tools, {}) == []
+    later = policy.recall.by_content(dataclasses.replace(p, step=p.step + RECALL_AGAIN), {"diamond"}, tools, {})
     assert [e.id for e in later] == first

@@ -5,26 +5,21 @@ naming the first, and the first's runs and logs come out whole. The progress lin
 through a real pseudo-terminal of 80 columns and a terminal emulator (pyte)."""
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
-import pty
-import select
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
-import pyte
 import pytest
 
 from mfm.progress import Progress
 from mfm.schema import read_manifest
 from mfm.sweep import LOCK_NAME, SweepBusy, sweep_lock
+from terminal import screen_of
 
 SWEEP = [sys.executable, "-m", "mfm.cli", "sweep", "--task", "diamond", "--methods", "direct", "--jobs", "1"]
 
@@ -94,37 +89,9 @@ def test_a_second_sweep_into_the_same_folder_refuses_and_the_first_finishes_whol
     assert "diamond_direct_s0: finished" in out1
 
 
-def _screen_of(argv: list[str], columns: int = 80, rows: int = 24) -> tuple[pyte.Screen, bytes]:
-    """Run ``argv`` on a pseudo-terminal of ``columns`` x ``rows``; the emulated screen at
-    its end and every byte it wrote."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    env = {**os.environ, "COLUMNS": str(columns), "LINES": str(rows)}
-    proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env, close_fds=True)
-    os.close(follower)
-    raw = bytearray()
-    while True:
-        ready, _, _ = select.select([leader], [], [], 1.0)
-        if ready:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # the follower side closed: the process ended
-                break
-            if not chunk:
-                break
-            raw += chunk
-        elif proc.poll() is not None:
-            break
-    proc.wait(timeout=600)
-    os.close(leader)
-    screen = pyte.Screen(columns, rows)
-    pyte.ByteStream(screen).feed(bytes(raw))
-    return screen, bytes(raw)
-
-
 def test_the_sweep_progress_is_one_line_updated_in_place_in_80_columns(tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    screen, raw = _screen_of(SWEEP + ["--seeds", "0,1", "--steps", "400", "--out", str(out)])
+    screen, raw = screen_of(SWEEP + ["--seeds", "0,1", "--steps", "400", "--out", str(out)])
     progress = [row for row in screen.display if row.startswith("sweep:")]
     assert len(progress) == 1, screen.display
     assert "2/2 runs" in progress[0]

@@ -2,7 +2,9 @@
 
 One turn = one decision = one episode: the policy reads memory and decides, the atom (or
 stored procedure) runs env steps through a :class:`Recorder` (the agent's body), and the
-episode is committed with its frames, trace, grid rows, milestones and life events.
+episode is committed with its frames, trace, grid rows, milestones and life events by the
+episode recorder (:mod:`mfm.memory.episode_recorder`), the one path every player of the game
+records through (the Echo learner shares the body).
 """
 from __future__ import annotations
 
@@ -24,11 +26,13 @@ from mfm.agent.tools import FrameReader, MemoryTools, Seen, note_seen
 from mfm.envs import CrafterHarness, Perception, load_task, make_harness
 from mfm.memory import ProceduralMemory, RunWriter, SpatialGrid
 from mfm.memory.appendlog import Clock, WriteError
+from mfm.memory.episode_recorder import Call, Ending, EpisodeRecorder
+from mfm.memory.episode_store import EpisodeRecording
 from mfm.memory.inheritance import (InheritedMemory, InheritError, InheritFailed, Source, check_source, copy_run,
                                     read_manifest, seed_memory)
 from mfm.memory.retrieval import episode_frame
 from mfm.progress import Progress
-from mfm.schema import SCHEMA_VERSION, GridRow, IndexRow, LifeEvent, MilestoneRow, RunManifest, StepRow, TurnRow
+from mfm.schema import SCHEMA_VERSION, GridRow, IndexRow, MilestoneRow, RunManifest, StepRow, TurnRow
 
 FIXED_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 MOVES = {f"move_{k}": v for k, v in DIRS.items()}
@@ -69,12 +73,16 @@ def now_iso() -> str:
 
 
 class Recorder:
-    """The agent's body: steps the harness and records each step into the open episode."""
+    """The player's body: steps the harness, records each step into the open episode, and
+    opens and commits episodes through the run's :class:`EpisodeRecorder` (:meth:`open`,
+    :meth:`commit`, :meth:`record_death`, :meth:`respawn`). The agent's runner and the Echo
+    learner both play through it."""
 
     def __init__(self, harness: CrafterHarness, writer: RunWriter, budget: int, milestones: tuple[str, ...],
                  stop: Callable[[], bool] | None, clock: StepClock | None) -> None:
         self._harness = harness
         self.writer = writer
+        self.episodes = EpisodeRecorder(writer, events.seen)
         self.budget = budget
         self.milestones = milestones
         self.stop = stop
@@ -98,6 +106,45 @@ class Recorder:
         self.death = None
         self.damage = 0
         self.seen = {}
+
+    def record_initial(self) -> IndexRow:
+        """Record the state the player is in as an ``initial`` episode (the run's reset)."""
+        p = self.perception
+        seen: Seen = {}
+        note_seen(p, seen)
+        return self.episodes.initial(life=p.life, step=p.step, observation=p.frame, state=episode_state(p),
+                                     position=p.pos, seen=seen, state_line=state_line(p))
+
+    def open(self, call: Call, turn: int | None) -> EpisodeRecording:
+        """Open an episode running ``call`` from where the player is, and record into it."""
+        p = self.perception
+        rec = self.episodes.begin(call, life=p.life, turn=turn, first_step=p.step)
+        self.begin(rec, turn)
+        return rec
+
+    def commit(self, call: Call, ending: Ending, more_events: list[str] | None = None) -> IndexRow:
+        """Commit the open episode (opened by :meth:`open` with ``call``) with what the steps
+        recorded and how it ended; ``more_events``: event lines of its atoms' results."""
+        p = self.perception
+        lines = list(dict.fromkeys(self.events + list(more_events or ())))
+        highlights = [e for e in self.events if (ev := events.parse(e)) is not None and ev.kind in events.SUMMARY_KINDS]
+        return self.episodes.end(self.rec, call, ending, observation=p.frame, state=episode_state(p), position=p.pos,
+                                 grid=self.grid, events=lines, tags=self.tags, seen=self.seen, damage=self.damage,
+                                 state_line=state_line(p), highlights=highlights)
+
+    def record_death(self) -> tuple[str, tuple[int, int]]:
+        """Queue the death that ended the open episode (committed with it); its (cause, cell)."""
+        cause, cell = self.death or ("unknown", self.perception.pos)
+        self.episodes.death(life=self.perception.life, step=self.rec.last_step, cell=cell, cause=cause,
+                            episode=self.rec.id)
+        return cause, cell
+
+    def respawn(self) -> Perception:
+        """Respawn in the same world after a death and record it."""
+        p = self._harness.respawn()
+        self.perception = p
+        self.episodes.respawn(life=p.life, step=p.step, position=p.pos)
+        return p
 
     def act(self, action: str) -> Perception:
         """One env step, recorded; raises Died / BudgetExhausted / RunStopped."""
@@ -255,7 +302,6 @@ class Runner:
             self.policy = MFMPolicy(self.task, self.procedures, config.inspect_episodes, config.inspect_stride,
                                     mode=config.mode, seed=config.seed)
         self.body: Recorder | None = None
-        self.logged_seen: set[tuple[str, tuple[int, int]]] = set()
         self.turn = 0
         self.deaths = 0
         self.started = time.monotonic()
@@ -286,7 +332,7 @@ class Runner:
     def start(self) -> None:
         """Reset the world and record the initial state as episode 0."""
         self.body = start_run(self.harness, self.writer, self.config.budget, self.task.milestones, self.stop,
-                              self.clock, logged_seen=self.logged_seen)
+                              self.clock)
         p = self.body.perception
         self.tools.step = p.step
         self.policy.consolidation(p, self.tools, "start", None, None)
@@ -413,14 +459,11 @@ class Runner:
             proc = self.procedures.load(d.name)
             assert proc is not None
             steps = proc.bind(d.args)
-            action = {"procedure": d.name, "version": proc.version, "args": d.args, "atoms": steps,
-                      "is_procedure": True, "goal": d.goal}
+            call = Call(d.name, d.args, d.goal, version=proc.version, atoms=steps)
         else:
             steps = [{"atom": d.name, "args": d.args}]
-            action = {"atom": d.name, "args": d.args, "is_procedure": False, "goal": d.goal}
-        rec = self.writer.begin_episode(kind="episode", life=p.life, turn=turn, action_kind=d.name, first_step=p.step,
-                                        action=action)
-        self.body.begin(rec, turn)
+            call = Call(d.name, d.args, d.goal)
+        rec = self.body.open(call, turn)
         atoms = Atoms(self.body, self.nav_map(p), self.config.max_atom_steps)
         results: list[AtomResult] = []
         died = False
@@ -438,15 +481,15 @@ class Runner:
         except Died as e:
             died = True
             results.append(AtomResult("interrupted", f"died ({e})"))
-            self._record_death(rec.id, rec.last_step)
+            self._record_death(rec.id)
         except (BudgetExhausted, RunStopped, KeyboardInterrupt) as e:
             results.append(AtomResult("interrupted", "stopped" if not isinstance(e, BudgetExhausted) else "budget"))
-            row = self._commit(rec, d, results, atoms)
+            row = self._commit(call, d, results)
             if isinstance(e, BudgetExhausted):
                 self.end_reason = "budget"
                 return row, results[-1], False
             raise
-        row = self._commit(rec, d, results, atoms)
+        row = self._commit(call, d, results)
         result = results[-1] if results else AtomResult("failed", "nothing to do")
         if d.kind == "procedure" and all(r.ok for r in results) and len(results) == len(steps):
             result = AtomResult("done", "procedure completed", found=[f for r in results for f in r.found])
@@ -460,51 +503,28 @@ class Runner:
         grid = self.writer.grid if self.config.mode.grid_routing else SpatialGrid()
         return NavMap.from_memory(grid, self.policy.resources(self.tools, p), area=p.area)
 
-    def _commit(self, rec: Any, d: Decision, results: list[AtomResult], atoms: Atoms) -> IndexRow:
+    def _commit(self, call: Call, d: Decision, results: list[AtomResult]) -> IndexRow:
+        """Commit the turn's episode: it ends as its last atom did (a procedure that stopped
+        before its last step failed)."""
         assert self.body is not None
-        body = self.body
-        p = body.perception
         last = results[-1] if results else AtomResult("failed", "nothing to do")
         label = last.label
         if d.kind == "procedure" and label == "done" and len(results) < len(self.procedures.load(d.name).steps):
             label = "failed"
-        tags = set(body.tags)
-        if label == "failed":
-            tags.add("failed")
-        if label == "interrupted":
-            tags.add("interrupted")
-        if d.kind == "procedure":
-            tags.add("procedure")
-        moved = sum(1 for g in body.grid if g.kind == "walked")
-        args = ", ".join(f"{k}={v}" for k, v in d.args.items() if k != "stop_on")
-        got = [e for e in body.events if (ev := events.parse(e)) is not None and ev.kind in events.SUMMARY_KINDS]
-        summary = f"{d.name}({args}) -> {label}: {last.reason}; {len(rec.steps)} steps, {moved} new cells"
-        if got:
-            summary += "; " + "; ".join(got[:4])
-        lines = list(dict.fromkeys(body.events + [e for r in results for e in r.events]))
-        return self.writer.end_episode(
-            rec, grid=body.grid, observation=p.frame, state=episode_state(p), outcome={
-                "label": label, "reason": last.reason, "atoms": [{"label": r.label, "reason": r.reason} for r in results],
-                "damage": body.damage},
-            summary=summary, tags=sorted(tags), events=lines, x=p.pos[0], y=p.pos[1], outcome_label=label,
-            note=d.goal, log_lines=[state_line(p), *seen_lines(body.seen, self.logged_seen)], seen=body.seen)
+        ending = Ending(label, last.reason, tuple((r.label, r.reason) for r in results))
+        return self.body.commit(call, ending, [e for r in results for e in r.events])
 
-    def _record_death(self, episode: str, step: int) -> None:
+    def _record_death(self, episode: str) -> None:
         """Queue the death event so that it is committed with the episode it ended."""
         assert self.body is not None
-        cause, cell = self.body.death or ("unknown", self.body.perception.pos)
+        cause, cell = self.body.record_death()
         self.deaths += 1
         self._last_death = (cause, cell, episode)
-        self.writer.record_life_event(LifeEvent(event="death", life=self.body.perception.life, step=step, x=cell[0],
-                                                y=cell[1], cause=cause, episode=episode))
 
     def _handle_death(self, row: IndexRow) -> None:
         """Respawn in the same world; the respawn event goes with the next episode."""
         assert self.body is not None
-        p = self.harness.respawn()
-        self.body.perception = p
-        self.writer.record_life_event(LifeEvent(event="respawn", life=p.life, step=p.step, x=p.pos[0], y=p.pos[1]))
-        self.writer.update_manifest()
+        self.body.respawn()
 
     def _progress(self, force: bool = False) -> None:
         """The progress line (:class:`mfm.progress.Progress`): steps of the budget, then the
@@ -566,34 +586,13 @@ def episode_state(p: Perception) -> dict[str, Any]:
             "sleeping": p.sleeping}
 
 
-def seen_lines(seen: Seen, logged: set[tuple[str, tuple[int, int]]]) -> list[str]:
-    """The log's ``[SEEN]`` lines of an episode (:func:`mfm.agent.events.seen`): per material,
-    the cells its view showed that no earlier line named; ``logged`` is updated."""
-    out = []
-    for material in sorted(seen):
-        new = [c for c in seen[material] if (material, c) not in logged]
-        logged.update((material, c) for c in new)
-        if new:
-            out.append(events.seen(material, new))
-    return out
-
-
 def start_run(harness: CrafterHarness, writer: RunWriter, budget: int, milestones: tuple[str, ...],
-              stop: Callable[[], bool] | None = None, clock: StepClock | None = None,
-              logged_seen: set[tuple[str, tuple[int, int]]] | None = None) -> Recorder:
+              stop: Callable[[], bool] | None = None, clock: StepClock | None = None) -> Recorder:
     """Reset the world and record its initial state as episode 0; return the body that
-    records the rest of the run (the start of every player: the agent and the Echo learner).
-    ``logged_seen``: the cells the log has named so far, for its ``[SEEN]`` lines (None: the
-    log gets none, as the Echo learner's)."""
-    p = harness.reset()
+    records the rest of the run (the start of every player: the agent and the Echo learner)."""
+    harness.reset()
     body = Recorder(harness, writer, budget, milestones, stop, clock)
-    rec = writer.begin_episode(kind="initial", life=0, turn=None, action_kind=None, first_step=0, action={})
-    seen: Seen = {}
-    note_seen(p, seen)
-    writer.end_episode(rec, observation=p.frame, state=episode_state(p), outcome={}, summary="initial state",
-                       tags=["initial"], events=[], x=p.pos[0], y=p.pos[1], outcome_label=None,
-                       log_lines=[state_line(p), *([] if logged_seen is None else seen_lines(seen, logged_seen))],
-                       seen=seen)
+    body.record_initial()
     return body
 
 

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mfm import __version__
-from mfm.agent.atoms import Atoms, Died, Halt
+from mfm.agent.atoms import Atoms, BudgetExhausted, Died, Halt
 from mfm.agent.mapping import MOVE_OF, WALKABLE, NavMap, l1, neighbours
-from mfm.agent.runner import Recorder, StepClock, episode_state, start_run, state_line
+from mfm.agent.runner import Recorder, StepClock, start_run
 from mfm.echo.csd import ATTEMPTS_FILE, CONFIGS, CSD
 from mfm.echo.ical import Attempt, describe, induce, precheck, refine, slots, task_name
 from mfm.echo.library import CSDLibrary, Match
@@ -52,7 +52,9 @@ from mfm.envs import CrafterHarness, Perception
 from mfm.envs.crafter_env import ACHIEVEMENTS, ACTIONS, HALF_COLS, HALF_ROWS, VITALS
 from mfm.memory import RunWriter
 from mfm.memory.appendlog import WriteError, append_bytes
-from mfm.schema import SCHEMA_VERSION, LifeEvent, RunManifest, TurnRow
+from mfm.memory.episode_recorder import Call, Ending
+from mfm.progress import counted
+from mfm.schema import SCHEMA_VERSION, RunManifest, TurnRow
 
 GOALS: tuple[str, ...] = tuple(a for a in ACHIEVEMENTS if a != "wake_up")
 VOCABULARY: frozenset[str] = frozenset(ACTIONS) | frozenset(ACHIEVEMENTS)
@@ -148,18 +150,17 @@ class Learner:
         self.nav.observe(self.body.perception)
 
     def _episode(self, name: str, args: dict[str, Any], goal: str, body: Callable[[Atoms], tuple[bool, str]]) -> bool:
-        """Run ``body`` as one MFM episode (recorded); raise AttemptOver on death or when
-        the Echo episode's step allowance is used."""
+        """Run ``body`` as one MFM episode, recorded by the body's episode recorder (as the
+        agent's are); raise AttemptOver on death or when the Echo episode's step allowance is
+        used. A run that must stop (budget, stop request) commits the episode as interrupted
+        and raises."""
         assert self.body is not None
         if name not in REFLEXES and not self.reflexing:
             self._reflexes()
         if self.p.step - self.attempt_start >= self.step_cap:
             raise AttemptOver("step allowance used")
-        p = self.p
-        action = {"atom": name, "args": args, "is_procedure": False, "goal": goal}
-        rec = self.writer.begin_episode(kind="episode", life=p.life, turn=self.turn, action_kind=name,
-                                        first_step=p.step, action=action)
-        self.body.begin(rec, self.turn)
+        call = Call(name, args, goal)
+        self.body.open(call, self.turn)
         atoms = Atoms(self.body, self.nav, max_steps=min(60, self.step_cap))
         self._pending = []
         died = False
@@ -167,16 +168,14 @@ class Learner:
             ok, reason = body(atoms)
         except Died as e:
             ok, reason, died = False, f"died ({e})", True
+            self.body.record_death()
+            self.deaths += 1
+        except Halt as e:
+            stopped = "budget" if isinstance(e, BudgetExhausted) else "stopped"
+            self.body.commit(call, Ending("interrupted", stopped, (("interrupted", stopped),)))
+            raise
         label = "done" if ok else ("interrupted" if died else "failed")
-        p = self.p
-        tags = sorted(self.body.tags | ({"failed"} if label == "failed" else set()))
-        row = self.writer.end_episode(
-            rec, grid=self.body.grid, observation=p.frame, state=episode_state(p),
-            outcome={"label": label, "reason": reason, "atoms": [{"label": label, "reason": reason}],
-                     "damage": self.body.damage},
-            summary=f"{name}({', '.join(f'{k}={v}' for k, v in args.items())}) -> {label}: {reason}; "
-                    f"{len(rec.steps)} steps", tags=tags, events=list(self.body.events), x=p.pos[0], y=p.pos[1],
-            outcome_label=label, note=goal, log_lines=[state_line(p)])
+        row = self.body.commit(call, Ending(label, reason, ((label, reason),)))
         self.writer.record_turn(TurnRow(
             turn=self.turn, life=row.life, first_step=row.first_step, last_step=row.last_step, policy=POLICY,
             calls=(), targets=(), plan_before=(), plan_after=(), episodes=(row.id,), note=f"echo goal: {goal}"))
@@ -184,20 +183,9 @@ class Learner:
         self.attempt_episodes.append(row.id)
         self._commit_learning(row.id)
         if died:
-            self._respawn(row.id, row.last_step)
+            self.body.respawn()
             raise AttemptOver("died")
         return ok
-
-    def _respawn(self, episode: str, step: int) -> None:
-        assert self.body is not None
-        cause, cell = self.body.death or ("unknown", self.p.pos)
-        self.deaths += 1
-        self.writer.record_life_event(LifeEvent(event="death", life=self.p.life, step=step, x=cell[0], y=cell[1],
-                                                cause=cause, episode=episode))
-        p = self.harness.respawn()
-        self.body.perception = p
-        self.writer.record_life_event(LifeEvent(event="respawn", life=p.life, step=p.step, x=p.pos[0], y=p.pos[1]))
-        self.writer.update_manifest()
 
     # -- perception helpers --------------------------------------------------------------------
     def nearby(self, p: Perception | None = None) -> tuple[str, ...]:
@@ -804,6 +792,6 @@ def run_many(configs: list[str], seeds: list[int], out: Path, episodes: int = 30
 
     work = [(c, s, str(out), episodes, step_cap, command or "") for c in configs for s in seeds]
     if jobs <= 1:
-        return [_one(w) for w in work]
+        return [_one(w) for w in counted(work, "learner runs", detail=lambda w: f"{w[0]}_s{w[1]}")]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_one, work))
+        return list(counted(pool.map(_one, work), "learner runs", len(work)))

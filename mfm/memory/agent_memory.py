@@ -29,6 +29,8 @@ def check_path(path: str) -> str:
     p = PurePosixPath(path)
     if p.is_absolute() or ".." in p.parts or "\\" in path or not p.parts:
         raise MemoryPathError(f"memory path must be relative and stay under mine/: {path!r}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise MemoryPathError(f"memory path holds a control character (NUL, newline, ...): {path!r}")
     if p.parts[0] != MINE:
         p = PurePosixPath(MINE, *p.parts)
     if len(p.parts) < 2:

@@ -157,7 +157,11 @@ def dump_json(obj: Any) -> bytes:
 
 @dataclass
 class EpisodeRecording:
-    """An episode in flight: what it did so far. Nothing of it is on disk yet."""
+    """An episode in flight: what it did so far. Nothing of it is on disk yet.
+
+    ``material`` and ``target``: what its call named (set when it is opened,
+    :meth:`mfm.memory.episode_recorder.EpisodeRecorder.begin`); ``reason``: why it ended (set
+    when it ends); all three go into its index row (format 1.3)."""
 
     number: int
     kind: str
@@ -168,6 +172,9 @@ class EpisodeRecording:
     action: dict
     frames: list[np.ndarray] = field(default_factory=list)
     steps: list[StepRow] = field(default_factory=list)
+    material: str | None = None
+    target: tuple[int, int] | None = None
+    reason: str | None = None
 
     @property
     def id(self) -> str:
@@ -280,12 +287,14 @@ class EpisodeStore:
                   events: list[str], x: float | None, y: float | None, outcome_label: str | None,
                   note: str | None = None) -> IndexRow:
         """The index row of a finished episode. ``image`` is null when the end observation is
-        the last per-step frame (readers take it from the strip; no second copy is stored)."""
+        the last per-step frame (readers take it from the strip; no second copy is stored);
+        ``material``, ``target`` and ``reason`` are the recording's."""
         in_strip = bool(rec.frames) and np.array_equal(rec.frames[-1], observation)
         return IndexRow(
             id=rec.id, kind=rec.kind, action_kind=rec.action_kind, first_step=rec.first_step,
             last_step=rec.last_step, summary=summary, tags=tuple(tags), x=x, y=y, path=rec.path,
             image=None if in_strip else f"{rec.path}/observation/image.png", life=rec.life, turn=rec.turn,
             events=tuple(events), outcome=outcome_label, note=note,
-            observation_hash=frame_hash(observation), frames=len(rec.frames),
+            observation_hash=frame_hash(observation), frames=len(rec.frames), material=rec.material,
+            target=rec.target, reason=rec.reason,
         )

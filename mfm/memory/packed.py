@@ -51,6 +51,7 @@ from typing import BinaryIO
 
 from mfm.boundary import (Refused, TooLarge, UnsafePath, atomic_writer, file_kind, inside, is_temporary,
                           name_problem, open_regular, read_json, regular_files, shown)
+from mfm.progress import counted
 from mfm.schema import CLOSED_STATUSES, JSONError, plain_relative
 
 PACK = "episodes.zip"
@@ -456,7 +457,7 @@ def pack_run(run_dir: str | Path) -> Report:
     try:
         with atomic_writer(run_dir, PACK, fsync=True, make_folders=False) as f:
             with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
-                for name in names:
+                for name in counted(names, "episode files packed"):
                     if name in disk:
                         with open_regular(run_dir, name) as src:
                             info = _zip_info(name, os.fstat(src.fileno()))
@@ -545,7 +546,7 @@ def unpack_run(run_dir: str | Path) -> Report:
     _check_names(found)
     total = 0
     conflicts: list[str] = []
-    for name, m in sorted(found.members.items()):
+    for name, m in counted(sorted(found.members.items()), "episode files unpacked"):
         data = read_member(found.path, name, m)
         try:
             with atomic_writer(run_dir, name, overwrite=False) as out:
@@ -587,3 +588,67 @@ def _differs(run_dir: Path, name: str, data: bytes) -> str | None:
     except OSError as e:
         return f"cannot be read back ({e.strerror or type(e).__name__})"
     return None if disk == data else "the file on disk differs from the zip's copy (both kept)"
+
+
+class RangeFile:
+    """A zip read by ranges instead of from a file (a pack in object storage): ``get(start,
+    end)`` returns the bytes ``start``..``end`` (end excluded), one request each. Reads are
+    served from the last range fetched when they fall inside it, so reading the end records
+    and a directory that lies within :data:`TAIL_BYTES` of the end costs one request, and a
+    member primed with :meth:`prime` one."""
+
+    TAIL_BYTES = 1 << 20
+    """Bytes fetched from the end of the zip at once, to find its directory (and usually
+    hold all of it)."""
+
+    def __init__(self, get, size: int) -> None:
+        self.get = get
+        self.size = size
+        self.pos = 0
+        self.start = 0
+        self.buf = b""
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.pos = offset if whence == os.SEEK_SET else self.pos + offset if whence == os.SEEK_CUR else self.size + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def prime(self, start: int, end: int) -> None:
+        """Fetch ``start``..``end`` now (one request), for the reads that follow."""
+        start, end = max(0, start), min(self.size, end)
+        if not (self.start <= start and end <= self.start + len(self.buf)):
+            self.buf = bytes(self.get(start, end))
+            self.start = start
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
+        if end <= self.pos:
+            return b""
+        if not (self.start <= self.pos and end <= self.start + len(self.buf)):
+            self.prime(self.pos, end)
+        out = self.buf[self.pos - self.start:end - self.start]
+        self.pos += len(out)
+        return out
+
+    def __enter__(self) -> RangeFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def directory_by_ranges(f: RangeFile, label: str) -> Directory:
+    """The members of a zip read by ranges (checked as :func:`directory` checks a file's:
+    :func:`_read_directory`); ``label`` names it (its URL). Raises PackError."""
+    f.prime(f.size - RangeFile.TAIL_BYTES, f.size)
+    return Directory(label, (0, 0, 0, f.size), _read_directory(f, f.size))
+
+
+def member_by_ranges(f: RangeFile, name: str, m: Member) -> bytes:
+    """One member's bytes read by one range (its local header, name, an allowance for an
+    extra field, and its data), checked as :func:`read_member` checks them."""
+    _check_member(name, m)
+    f.prime(m.offset, m.offset + _LOCAL_HEADER.size + len(name.encode()) + 256 + m.size)
+    return _read_at(f, name, m)
