@@ -11,5 +11,6 @@ if _missing:
                               'pip install "mfm[read]"', name=_missing[0])
 
 from loaders.run import Run, find_runs, open_run, open_runs, runs_table  # noqa: E402
+from loaders import display  # noqa: E402,F401  (a run draws itself in Jupyter: Run.html)
 
 __all__ = ["Run", "find_runs", "open_run", "open_runs", "runs_table"]

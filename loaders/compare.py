@@ -13,9 +13,10 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from loaders import open_runs, paired, paper_tables
+from loaders import paired, paper_tables
 from loaders.escape import md_code, md_text
 from loaders.paper_measures import RunMeasures, measure
+from loaders.run import open_runs
 from mfm.progress import counted
 
 

@@ -30,6 +30,7 @@ from PIL import Image
 
 from loaders import analysis_pages, run_pages
 from loaders.inherited import episode_label, inherited_from, locate
+from loaders.provenance import blame_as_of, file_as_of
 from loaders.run import Run
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
@@ -144,19 +145,6 @@ def milestones(run: Run) -> list[dict]:
     order = run.manifest.milestone_order if run.manifest else ()
     rows += [{"name": n, "step": None, "life": None, "episode": None, "turn": None} for n in order if n not in seen]
     return rows
-
-
-def run_text(run: Run) -> str:
-    """One line about a run: name, method, task, seed, status, steps, milestones."""
-    m = run.manifest
-    if m is None:
-        return f"<Run {run.name} ({run.format}): no manifest>"
-    method = "+".join([m.method, *m.ablations])
-    got = sum(1 for n in m.milestone_order if n in m.milestones)
-    got_from = inherited_from(run)
-    return (f"<Run {run.name}: {method} on {m.task}, seed {m.seed}, {m.status} at step {m.last_step}/"
-            f"{m.step_budget}, {got}/{len(m.milestone_order)} milestones, {m.lives} lives"
-            + (f", inherited memory of {got_from.get('run')}" if got_from else "") + ">")
 
 
 def run_html(run: Run) -> str:
@@ -407,11 +395,11 @@ class MemoryFile:
     @property
     def text(self) -> str | None:
         """The file's content as of :attr:`step` (None: not written yet, or deleted)."""
-        return self.run.memory_file(self.path, self.step)
+        return file_as_of(self.run, self.path, self.step)
 
     def lines(self) -> list:
-        """Each line with its write (``text``, ``write``), as :meth:`Run.memory_blame` gives them."""
-        return self.run.memory_blame(self.path, self.step)
+        """Each line with its write (``text``, ``write``), as :func:`loaders.provenance.blame_as_of` gives them."""
+        return blame_as_of(self.run, self.path, self.step)
 
     def versions(self) -> list[MemoryWrite]:
         """The writes of this file up to :attr:`step`."""
@@ -457,3 +445,6 @@ def memory_html(mf: MemoryFile) -> str:
              "reason": b.write.reason, "sources": ", ".join(b.write.sources)} for i, b in enumerate(lines, 1)]
     return _wrap(f"<div>{head}</div>"
                  + table(rows, ["line", "text", "step", "author", "reason", "sources"], max_rows=len(rows)))
+
+
+Run.html = run_html

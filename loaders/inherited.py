@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaders.formats import detect
-from loaders.run import Run, open_run
+from loaders.run import Run, inherited_record, open_run
 from mfm.boundary import UnsafePath, inside
 from mfm.memory import inheritance
 from mfm.memory.inheritance import qualify
@@ -44,14 +44,16 @@ def is_inherited(ep: object) -> bool:
 def inherited_from(run: Run) -> dict[str, Any] | None:
     """What the run inherited, as its manifest records it (``config.inherited``: run, task,
     method, steps, status, milestones); None when it inherited nothing."""
-    m = run.manifest
-    got = m.config.get("inherited") if m is not None and isinstance(m.config, dict) else None
-    return got if isinstance(got, dict) else None
+    return inherited_record(run.manifest)
 
 
 def copy_of(run: Run) -> Run | None:
-    """The copy of the inherited run (``run.path / "inherited"``), opened; None when there is
-    none, it is no run folder, or it leads outside the run folder."""
+    """The copy of the inherited run (``run.path / "inherited"``), opened (once per version of
+    the run); None when there is none, it is no run folder, or it leads outside the run folder."""
+    return run.derived("inherited-copy", _open_copy)
+
+
+def _open_copy(run: Run) -> Run | None:
     if not run.path.is_dir():
         return None
     try:
@@ -69,7 +71,7 @@ def origin(run: Run) -> str | None:
     got = inherited_from(run)
     if got and got.get("run"):
         return str(got["run"])
-    copy = run.inherited
+    copy = copy_of(run)
     if copy is None:
         return None
     m = copy.manifest
@@ -109,12 +111,12 @@ class EpisodeRef:
 
 def locate(run: Run, ep: str) -> EpisodeRef:
     """Where episode ``ep`` of ``run`` is: an own id in the run, an ``inherited:`` id in the copy
-    of the inherited run (:attr:`Run.inherited`)."""
+    of the inherited run (:func:`copy_of`)."""
     bare = inherited_id(ep)
     if bare is None:
         row = run.episode(ep) if isinstance(ep, str) else None
         return EpisodeRef(str(ep), run if row is not None else None, row)
-    copy = run.inherited
+    copy = copy_of(run)
     row = copy.episode(bare) if copy is not None else None
     return EpisodeRef(ep, copy if row is not None else None, row, origin(run))
 

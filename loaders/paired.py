@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from loaders import open_runs
+from loaders.run import open_runs
 from loaders.paper_measures import ORDER, TRIALS, RunMeasures, label
 from mfm.objectstore import is_url, join, read_bytes
 from mfm.schema import SWEEPS, RunManifest

@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from loaders.inherited import is_inherited, locate, origin, qualify
+from loaders.inherited import copy_of, is_inherited, locate, origin, qualify
 from loaders.run import Run
 from mfm.memory.agent_memory import Blame, blame, rebuild, replay
 from mfm.memory.consolidation import FACT_LINE, GUIDE, PLAN_LINE, WORKING, parse_plan_targets
@@ -250,7 +250,7 @@ def episode_index(run: Run) -> tuple[dict[str, IndexRow], str | None]:
     """The index rows of every episode the run can cite, by the id it cites them with (the
     inherited run's under ``inherited:`` ids), and the inherited run's name (None: none)."""
     index = {r.id: r for r in run.records("index.jsonl")}
-    copy = run.inherited
+    copy = copy_of(run)
     if copy is None:
         return index, None
     index.update({qualify(r.id): r for r in copy.records("index.jsonl")})

@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loaders.formats import RUN_MARK
 from loaders.sources import DirSource
 from mfm.memory import packed
 from mfm.memory.index import EpisodeIndex
@@ -62,6 +61,9 @@ from mfm.validate import LAZY_TABLES, FileCheck, RunContents, TableRead
 
 if TYPE_CHECKING:
     from loaders.columns import Columns
+
+RUN_MARK = ".mfm-remote.json"
+"""A run mirrored from object storage holds this file (its URL and what was fetched)."""
 
 ROOT_MARK = ".mfm-remote-root.json"
 """In a mirror's top folder: the URL it mirrors."""

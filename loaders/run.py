@@ -11,15 +11,13 @@ No Streamlit here: a notebook gets the same tables the dashboard pages use.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import os
 import threading
 import time
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
 import duckdb
 import numpy as np
@@ -27,8 +25,9 @@ import pandas as pd
 
 from loaders.formats import detect, source_for
 from loaders.remote import is_mirrored, mirror_root, mirrored_url, run_identity, sync_run
+from loaders.records import COPY_ON_WRITE, FILE_OF, TABLE_NAMES, table_frame
 from loaders.sources import DirSource, Source
-from loaders.usersql import duckdb_config
+from loaders.sqlsafety import duckdb_config
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError
 from mfm.objectstore import is_url
@@ -36,17 +35,11 @@ from mfm.schema import (MANIFEST, TABLES, IndexRow, LifeEvent, Problem, RunManif
                         read_table)
 from mfm.validate import LAZY_TABLES, RunContents, read_lazy_table
 
+T = TypeVar("T")
+
 STALE_SECONDS = 300
 """A run whose manifest still says running but whose files have not changed for this long
 is shown as crashed (its writer is gone)."""
-
-TABLE_NAMES = {
-    "index.jsonl": "episodes", "steps.jsonl": "steps", "turns.jsonl": "turns", "grid.jsonl": "grid",
-    "milestones.jsonl": "milestones", "lives.jsonl": "lives", "memory_writes.jsonl": "memory_writes",
-    "seen.jsonl": "seen",
-}
-
-FILE_OF = {v: k for k, v in TABLE_NAMES.items()}
 
 _log = logging.getLogger(__name__)
 
@@ -64,36 +57,6 @@ def signature(run_dir: Path) -> tuple:
     return tuple(out)
 
 
-_SORTED_JSON = json.JSONEncoder(sort_keys=True)
-"""``json.dumps(v, sort_keys=True)`` without building an encoder per value."""
-
-
-def _column(values: list, kind: str) -> list:
-    """One column of a table: string lists stay lists, objects and lists of objects become
-    JSON text (so every row of a column has the same type)."""
-    if kind in ("dict", "counts", "list"):
-        enc = _SORTED_JSON.encode
-        return [None if v is None else enc(list(v) if isinstance(v, tuple) else v) for v in values]
-    if kind in ("strs", "cell", "vec2"):
-        return [None if v is None else list(v) for v in values]
-    return values
-
-
-_COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3 or pd.options.mode.copy_on_write is True
-"""pandas copies a shared column before changing it (always since pandas 3): a table handed out
-can then be a shallow copy of the columns behind its records, which nothing done to the table
-changes (a deep copy took 0.15 s at 360k steps)."""
-
-
-def _frame(records: list, rtype: type) -> pd.DataFrame:
-    """A DataFrame with one column per record field, in field order."""
-    cols = [f.name for f in dataclasses.fields(rtype)]
-    if not records:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    return pd.DataFrame({c: _column([getattr(r, c) for r in records], rtype.KINDS[c].rstrip("?")) for c in cols},
-                        columns=cols)
-
-
 class Run:
     """One run, in any supported format, read tolerantly. Tables are built on first use."""
 
@@ -108,6 +71,7 @@ class Run:
         self._lock = threading.RLock()
         self._frames: dict[str, pd.DataFrame] = {}
         self._counts: tuple[int, int, int] | None = None
+        self._derived: dict[str, Any] = {}
 
     @property
     def name(self) -> str:
@@ -192,7 +156,7 @@ class Run:
                 file = FILE_OF[name]
                 records = self.records(file)
                 fast = self._c.columns.get(file)
-                df = fast.copy(deep=not _COPY_ON_WRITE) if fast is not None else _frame(records, TABLES[file])
+                df = fast.copy(deep=not COPY_ON_WRITE) if fast is not None else table_frame(records, TABLES[file])
                 if name == "grid" and len(df):
                     df["x"] = [c[0] for c in df["cell"]]
                     df["y"] = [c[1] for c in df["cell"]]
@@ -228,7 +192,7 @@ class Run:
 
     def connect(self, folder: str | None = None, **settings: str | int | bool) -> duckdb.DuckDBPyConnection:
         """A new in-memory DuckDB with one view per table (the DataFrames, registered without a
-        copy), locked down (``loaders.usersql.duckdb_config``: no file system, network, extension
+        copy), locked down (``loaders.sqlsafety.duckdb_config``: no file system, network, extension
         or Python-variable access, configuration locked; DuckDB's files in ``folder``, default a
         private folder of this process, never ``<cwd>/.tmp``), with ``settings`` such as memory_limit."""
         con = duckdb.connect(":memory:", config=duckdb_config(folder, **settings))
@@ -257,13 +221,14 @@ class Run:
         :func:`loaders.inherited.locate`)."""
         return self.index.get(ep_id)
 
-    @cached_property
-    def inherited(self) -> Run | None:
-        """The run whose memory this one inherited, opened from its copy in ``inherited/``
-        (:func:`loaders.inherited.copy_of`); None when it inherited nothing."""
-        from loaders.inherited import copy_of
-
-        return copy_of(self)
+    def derived(self, key: str, build: Callable[[Run], T]) -> T:
+        """A value computed from this version of the run (``build(self)``) once, under ``key``: the
+        one memo of what the layers above compute from a run (a new version of the run's files is a
+        new :class:`Run`, so nothing here goes stale)."""
+        with self._lock:
+            if key not in self._derived:
+                self._derived[key] = build(self)
+            return self._derived[key]
 
     def frame(self, step: int) -> np.ndarray:
         """The frame of env step ``step``; raises FrameError naming the file if unreadable."""
@@ -285,20 +250,6 @@ class Run:
     def episode_record(self, ep_id: str) -> EpisodeRecord:
         """An episode's state, action and outcome records (None where not recorded)."""
         return self.source.episode_record(self._ref(ep_id))
-
-    def memory_file(self, path: str, as_of_step: int | None = None) -> str | None:
-        """A ``mine/`` file as it stood at a step, rebuilt from the write history under the
-        readers' as-of rule (``loaders.provenance.holds_from``, docs/run-format.md)."""
-        from loaders.provenance import file_as_of
-
-        return file_as_of(self, path, as_of_step)
-
-    def memory_blame(self, path: str, as_of_step: int | None = None) -> list:
-        """Each line of a ``mine/`` file as of a step with the write (author, reason, sources)
-        that set it, under the same rule."""
-        from loaders.provenance import blame_as_of
-
-        return blame_as_of(self, path, as_of_step)
 
     def summary(self) -> dict[str, Any]:
         """One row for the runs table. Cheap for a run not opened yet: the manifest, the lives
@@ -328,15 +279,30 @@ class Run:
         }
 
     def __repr__(self) -> str:
-        from loaders.display import run_text
+        """One line: name, method, task, seed, status, steps, milestones (and the run it inherited)."""
+        m = self.manifest
+        if m is None:
+            return f"<Run {self.name} ({self.format}): no manifest>"
+        method = "+".join([m.method, *m.ablations])
+        got = sum(1 for n in m.milestone_order if n in m.milestones)
+        came = inherited_record(m)
+        return (f"<Run {self.name}: {method} on {m.task}, seed {m.seed}, {m.status} at step {m.last_step}/"
+                f"{m.step_budget}, {got}/{len(m.milestone_order)} milestones, {m.lives} lives"
+                + (f", inherited memory of {came.get('run')}" if came else "") + ">")
 
-        return run_text(self)
+    html: ClassVar[Callable[[Run], str] | None] = None
+    """How a run draws itself in Jupyter: set by :mod:`loaders.display` (``run_html``), which sits
+    above this module; ``import loaders`` imports it."""
 
-    def _repr_html_(self) -> str:
-        """Header and milestones, for Jupyter (:func:`loaders.display.run_html`)."""
-        from loaders.display import run_html
+    def _repr_html_(self) -> str | None:
+        return Run.html(self) if Run.html is not None else None
 
-        return run_html(self)
+
+def inherited_record(m: RunManifest | None) -> dict[str, Any] | None:
+    """What a run inherited, as its manifest records it (``config.inherited``: run, task, method,
+    steps, status, milestones); None when it inherited nothing."""
+    got = m.config.get("inherited") if m is not None and isinstance(m.config, dict) else None
+    return got if isinstance(got, dict) else None
 
 
 def _count_lines(path: Path) -> int:

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from loaders.inherited import inherited_from, inherited_id, locate, origin
+from loaders.inherited import copy_of, inherited_from, inherited_id, locate, origin
 from loaders.run import Run
 from mfm.envs.crafter_env import LOCAL_ROWS, VIEW, VITALS
 from mfm.memory.retrieval import FrameError, ends_in_strip
@@ -293,8 +293,8 @@ def inspections(turns: pd.DataFrame, episodes: pd.DataFrame, inherited: pd.DataF
 
 def run_inspections(run: Run) -> pd.DataFrame:
     """:func:`inspections` of a run, inspections of inherited episodes looked up in the copy of
-    the run it inherited (``run.inherited``)."""
-    copy = run.inherited
+    the run it inherited (:func:`loaders.inherited.copy_of`)."""
+    copy = copy_of(run)
     return inspections(run.turns(), run.episodes(), copy.episodes() if copy is not None else None,
                        origin(run) if copy is not None else None)
 

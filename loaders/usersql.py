@@ -16,7 +16,7 @@ No Streamlit here. :func:`run_user_query` runs one read statement over a run's t
   files and kept for the next query) and its own spill folder, closed and removed afterwards:
   nothing a query does is seen by another query, and one session's long query never makes
   another's fail with "connection is busy";
-- DuckDB is locked down (:data:`SAFE_DUCKDB`: no file system, network, extensions or Python
+- DuckDB is locked down (:data:`loaders.sqlsafety.SAFE_DUCKDB`: no file system, network, extensions or Python
   variables; configuration locked) and limited (:data:`LIMITS`: one thread, memory, spill size);
 - a watchdog interrupts the query after a time limit, which stops it (one thread, no workers);
 - at most ``max_rows`` rows, :data:`MAX_COLUMNS` columns, :data:`ROW_CHARS` characters per row
@@ -31,7 +31,6 @@ import os
 import pickle
 import re
 import resource
-import shutil
 import signal
 import socket
 import subprocess
@@ -49,18 +48,10 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pandas as pd
 
+from loaders.sqlsafety import private_dir
+
 if TYPE_CHECKING:
     from loaders.run import Run
-
-SAFE_DUCKDB: dict[str, str | int | bool] = {
-    "enable_external_access": False,
-    "autoload_known_extensions": False,
-    "autoinstall_known_extensions": False,
-    "python_enable_replacements": False,
-    "lock_configuration": True,
-}
-"""No file system or network access (COPY TO, ATTACH, read_csv of paths), no extensions, no scans
-of Python variables, and the configuration cannot be changed back."""
 
 LIMITS: dict[str, str | int | bool] = {"threads": 1, "memory_limit": "1GB", "max_temp_directory_size": "256MB"}
 """Per user query, for a 2-core machine shared by several users: one core, 1 GB of memory and
@@ -119,27 +110,6 @@ FIXED_SIZE = frozenset({
 """DuckDB type ids whose values have a small fixed size (everything else is capped per row)."""
 VALUE_BYTES = 48
 """What one value costs beyond its text, in the byte estimate of a result."""
-
-_PRIVATE: list[str] = []
-_PRIVATE_LOCK = threading.Lock()
-
-
-def private_dir() -> str:
-    """A folder of this process for DuckDB's own files (mode 0700, removed at exit), so that
-    DuckDB never uses or opens up ``<cwd>/.tmp``; a new one if a /tmp cleaner removed it."""
-    with _PRIVATE_LOCK:
-        if not _PRIVATE or not os.path.isdir(_PRIVATE[-1]):
-            _PRIVATE.append(tempfile.mkdtemp(prefix="mfm-duckdb-"))
-            atexit.register(shutil.rmtree, _PRIVATE[-1], ignore_errors=True)
-        return _PRIVATE[-1]
-
-
-def duckdb_config(folder: str | None = None, **settings: str | int | bool) -> dict[str, str | int | bool]:
-    """:data:`SAFE_DUCKDB` with DuckDB's spill and secrets folders in ``folder`` (default
-    :func:`private_dir`), plus ``settings``."""
-    folder = folder or private_dir()
-    return {**SAFE_DUCKDB, "temp_directory": folder, "secret_directory": folder, **settings}
-
 
 @dataclass(frozen=True)
 class QueryResult:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from loaders.records import table_frame
 from loaders.sources import inferred_manifest
 from mfm.boundary import UnsafePath, inside, read_json
 from mfm.memory.agent_memory import sha256
@@ -222,9 +223,7 @@ class ExportSource:
 
     def _episodes(self, index: list[IndexRow]) -> Any:
         """The episodes table with the export's own index fields in :data:`EXTRA` (JSON text)."""
-        from loaders.run import _frame
-
-        df = _frame(index, IndexRow)
+        df = table_frame(index, IndexRow)
         df[EXTRA] = [json.dumps(self.extras[r.id], sort_keys=True) if r.id in self.extras else None for r in index]
         return df
 
