@@ -352,7 +352,7 @@ import json, sys, time
 from pathlib import Path
 from bench.apptimes import peak_rss_mb
 from loaders import open_runs
-from loaders.run_pages import milestone_steps, runs_overview
+from loaders.runs_summary import milestone_steps, runs_overview
 root = Path(sys.argv[1])
 t = time.perf_counter()
 runs = open_runs(root)

@@ -41,7 +41,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from bench.apptimes import peak_rss_mb
 from loaders.run import find_runs, local_path, open_run, open_runs
-from loaders.run_pages import milestone_steps, runs_overview
+from loaders.runs_summary import milestone_steps, runs_overview
 from mfm.objectstore import counting
 place, what = sys.argv[1], sys.argv[2]
 t = time.perf_counter()

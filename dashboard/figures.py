@@ -34,7 +34,7 @@ from dashboard import theme, vega_charts
 from loaders import analysis_pages as ap
 from loaders import chart_data, echo, paper_size, paper_tables
 from loaders import provenance
-from loaders import run_pages
+from loaders import lookups
 from loaders.escape import csv_frame, encodable, file_segment, latex_label, latex_text
 from loaders.remote import run_identity
 from loaders.run import Run, find_runs, local_path, open_run
@@ -437,7 +437,7 @@ def provenance_graph_figure(key: str, run: Run, width: str | float | PrintSize =
 
 
 def _range(runs: list[tuple[str, Run]]) -> tuple[int, int] | None:
-    bounds = [run_pages.step_bounds(r) for _, r in runs]
+    bounds = [lookups.step_bounds(r) for _, r in runs]
     return (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else None
 
 

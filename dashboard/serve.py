@@ -36,7 +36,7 @@ import time
 from types import FrameType
 
 PRELOAD = ("pandas", "pyarrow", "duckdb", "numpy", "PIL.Image", "altair",
-           "loaders.run", "loaders.run_pages", "loaders.chart_data", "loaders.turns", "loaders.failures",
+           "loaders.run", "loaders.lookups", "loaders.timeline_data", "loaders.spatial_data", "loaders.agent_calls", "loaders.chart_data", "loaders.turns", "loaders.failures",
            "loaders.provenance", "loaders.analysis_pages", "loaders.frame_compare", "loaders.scrubber",
            "loaders.usersql", "loaders.echo", "loaders.live", "loaders.search",
            "dashboard.core", "dashboard.theme", "dashboard.safe_text", "dashboard.vega_charts", "dashboard.figures",

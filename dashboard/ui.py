@@ -24,7 +24,8 @@ from dashboard import safe_text
 from dashboard.core import PAGES_DIR, copy_key, live_caption, param_problem, resolve_run_key, run_key, \
     runs_root, split_list, status_changes
 from dashboard.theme import STATUS_LABELS
-from loaders import chart_data, run_pages
+from loaders import chart_data
+from loaders import agent_calls, lookups, runs_summary
 from loaders import cursor as cursor_mod
 from loaders import notes as notes_mod
 from loaders.cursor import Cursor
@@ -183,7 +184,7 @@ def cursor_bar(run: Run, c: Cursor | None, key: str = "w_cursor") -> Cursor | No
 
     shown = c
     if shown is None:
-        lives = run_pages.lives_of(run)
+        lives = lookups.lives_of(run)
         bounds = cursor_mod.life_bounds(run, lives[-1]) if lives else None
         if bounds is None:
             return None
@@ -456,26 +457,26 @@ def kept(fn: Callable[..., T], max_entries: int = 32) -> Callable[..., T]:
     return wrapper
 
 
-frame: Callable[..., np.ndarray] = cached(run_pages.frame_for, max_entries=2048)
+frame: Callable[..., np.ndarray] = cached(lookups.frame_for, max_entries=2048)
 """``frame(run, step=None, episode=None)``: a frame (cached); raises FrameError or UnsafePath."""
 
 
 def episode_frame(run: Run, episode: str, step: int | None = None, life: int | None = None) -> np.ndarray:
     """A frame of an episode ``run`` names (:func:`frame`): of env ``step``, else its end
-    observation; an inherited episode's from the copy of its run (``run_pages.frame_holder``)."""
-    holder, s, ep, lf = run_pages.frame_holder(run, episode, step, life)
+    observation; an inherited episode's from the copy of its run (``lookups.frame_holder``)."""
+    holder, s, ep, lf = lookups.frame_holder(run, episode, step, life)
     return frame(holder, step=s, episode=ep, life=lf)
 
 
 timeline: Callable[..., chart_data.TimelineView] = cached(chart_data.timeline)
 """``timeline(run, lo, hi, color_by)``: the timeline's data (cached)."""
-inspections: Callable[[Run], pd.DataFrame] = cached(run_pages.run_inspections)
-"""The frame inspections of a run (cached; :func:`loaders.run_pages.run_inspections`)."""
+inspections: Callable[[Run], pd.DataFrame] = cached(agent_calls.run_inspections)
+"""The frame inspections of a run (cached; :func:`loaders.agent_calls.run_inspections`)."""
 
 
 def show_problems(key: str, run: Run) -> None:
     """A collapsible warning listing a damaged run's problems with file:line."""
-    probs = run_pages.problems_table(run)
+    probs = runs_summary.problems_table(run)
     if not len(probs):
         return
     base = root()

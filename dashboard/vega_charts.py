@@ -27,7 +27,7 @@ import pandas as pd
 from dashboard import theme
 from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands, TimelineView
 from loaders.display import data_uri
-from loaders.run_pages import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
+from loaders.frame_images import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 
 UNKNOWN = "unknown"
 """The method shown for a run whose manifest names none."""

@@ -19,7 +19,8 @@ from loaders.inherited import is_inherited, locate
 from loaders.paper_measures import RADIUS, Retargeting
 from loaders.remote import run_identity
 from loaders.run import Run
-from loaders.run_pages import position_at, search_hits, search_text
+from loaders.agent_calls import search_hits, search_text
+from loaders.lookups import position_at
 from mfm.schema import IndexRow, TurnRow
 
 
@@ -118,9 +119,9 @@ class RetargetAudit:
     """One retarget turn in full: what it searched, inspected, had, planned, and chose.
 
     ``position`` is where the agent of the turn's life stood when the turn began
-    (:func:`loaders.run_pages.position_at` at ``turn.first_step`` in ``turn.life``: after a
+    (:func:`loaders.lookups.position_at` at ``turn.first_step`` in ``turn.life``: after a
     respawn, the respawn point, not where the last life died); ``had`` the ``(step, life)``
-    of the frame the agent had then (for :func:`loaders.run_pages.frame_at`)."""
+    of the frame the agent had then (for :func:`loaders.lookups.frame_at`)."""
 
     turn: TurnRow
     searches: list[dict] = field(default_factory=list)
@@ -133,7 +134,7 @@ class RetargetAudit:
 
 def retarget_audit(run: Run, turn: int, radius: float = RADIUS) -> RetargetAudit | None:
     """The audit of turn number ``turn``, or None if the run has no such turn. Each search is
-    ``query`` (in words, :func:`loaders.run_pages.search_text`), ``args``, ``returned`` (the
+    ``query`` (in words, :func:`loaders.agent_calls.search_text`), ``args``, ``returned`` (the
     episode ids) and ``count`` (None when the record holds no result list); each inspection
     names the inspected episode's ``life`` and the ``step`` of the frame it looked at. An
     inspection of an inherited episode is marked ``inherited`` with the run it came from

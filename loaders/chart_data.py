@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from loaders import analysis_pages as ap
-from loaders import provenance, run_pages
+from loaders import provenance
+from loaders import lookups, spatial_data, timeline_data
 from loaders.run import Run
 
 RunList = Sequence[tuple[str, Run]]
@@ -174,20 +175,20 @@ class TimelineView:
     @cached_property
     def vital_lines(self) -> pd.DataFrame:
         """The vitals where they change (``step, life, vital, value``): what the chart draws."""
-        return run_pages.vital_changes(self.vitals)
+        return timeline_data.vital_changes(self.vitals)
 
 
 def clip_range(run: Run, lo: int | None, hi: int | None) -> tuple[int, int]:
     """``lo``–``hi`` within the run's step range (None: the run's first or last step)."""
-    first, last = run_pages.step_bounds(run)
+    first, last = lookups.step_bounds(run)
     return (first if lo is None else max(first, lo), last if hi is None else min(last, hi))
 
 
 def timeline(run: Run, lo: int | None = None, hi: int | None = None, color_by: str = "action_kind") -> TimelineView:
     """The timeline of steps ``lo``–``hi``, episodes coloured by ``action_kind`` or ``outcome``."""
     lo, hi = clip_range(run, lo, hi)
-    return TimelineView(run_pages.timeline_bars(run.episodes(), lo, hi, color_by), run_pages.timeline_marks(run, lo, hi),
-                        run_pages.vitals_series(run.steps(), lo, hi), lo, hi, color_by)
+    return TimelineView(timeline_data.timeline_bars(run.episodes(), lo, hi, color_by), timeline_data.timeline_marks(run, lo, hi),
+                        timeline_data.vitals_series(run.steps(), lo, hi), lo, hi, color_by)
 
 
 @dataclass(frozen=True)
@@ -245,14 +246,14 @@ def grid(run: Run, lo: int | None = None, hi: int | None = None, kinds: Sequence
     if plane == "z":
         hs = heights(run)
         band = height or (hs[0], hs[-1])
-        rows = run_pages.height_band(rows, band).assign(y=lambda d: d["z"]) if len(rows) else rows
-        eps = run_pages.height_band(eps, band).assign(y=lambda d: d["z"]) if len(eps) else eps
+        rows = spatial_data.height_band(rows, band).assign(y=lambda d: d["z"]) if len(rows) else rows
+        eps = spatial_data.height_band(eps, band).assign(y=lambda d: d["z"]) if len(eps) else eps
         steps, lv = steps.iloc[0:0], lv.iloc[0:0]
     if life is not None:
         rows, eps, steps, lv = (df[df["life"] == life] if len(df) else df for df in (rows, eps, steps, lv))
-    extent = run_pages.grid_extent(rows, steps, eps)
-    cells = run_pages.grid_cells(rows, lo, hi, kinds)
-    path = run_pages.trajectories(steps, lo, hi) if paths else pd.DataFrame(columns=PATH_COLUMNS)
+    extent = spatial_data.grid_extent(rows, steps, eps)
+    cells = spatial_data.grid_cells(rows, lo, hi, kinds)
+    path = spatial_data.trajectories(steps, lo, hi) if paths else pd.DataFrame(columns=PATH_COLUMNS)
     pos = eps[(eps["last_step"] >= lo) & (eps["first_step"] <= hi) & eps["x"].notna() & eps["y"].notna()][
         POSITION_COLUMNS] if positions and len(eps) else pd.DataFrame(columns=POSITION_COLUMNS)
     deaths = lv[(lv["event"] == "death") & (lv["step"] >= lo) & (lv["step"] <= hi) & lv["x"].notna()][

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loaders.run import Run
-from loaders.run_pages import life_at, position_at, step_bounds
+from loaders.lookups import life_at, position_at, step_bounds
 from mfm.schema import IndexRow, TurnRow
 
 
@@ -61,7 +61,7 @@ def parse(run: Run, life_text: str | None, step_text: str | None) -> tuple[Curso
     """The cursor named by the URL values ``life`` and ``step`` in ``run``, and why a value was
     dropped (one sentence each). No ``step``: no cursor (and ``life`` is left alone: a page
     may read it as its own filter). A step without a life takes the life
-    that played it (``run_pages.life_at``); a life the run does not hold is dropped; a step
+    that played it (``loaders.lookups.life_at``); a life the run does not hold is dropped; a step
     outside its life's steps is moved to the nearest one and said so."""
     problems: list[str] = []
     step = _int(step_text)
@@ -139,7 +139,7 @@ def episode_start(row: IndexRow) -> Cursor:
 
 
 def position(run: Run, c: Cursor) -> tuple[float, float] | None:
-    """Where the agent stood at the cursor (``run_pages.position_at``)."""
+    """Where the agent stood at the cursor (``loaders.lookups.position_at``)."""
     return position_at(run, c.step, c.life)
 
 

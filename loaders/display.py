@@ -28,12 +28,13 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from loaders import analysis_pages, run_pages
+from loaders import analysis_pages
+from loaders import agent_calls, lookups
 from loaders.inherited import episode_label, inherited_from, locate
 from loaders.provenance import blame_as_of, file_as_of
 from loaders.run import Run
 from mfm.boundary import UnsafePath
-from mfm.memory.retrieval import FrameError
+from mfm.memory.retrieval import FrameError, enlarge
 from mfm.schema import IndexRow, MemoryWrite, TurnRow
 
 FRAME_SCALE = 3
@@ -61,13 +62,6 @@ FRAME_ERRORS = (FrameError, UnsafePath, KeyError, OSError, ValueError)
 def esc(value: Any) -> str:
     """``value`` as text safe to put in HTML (quotes too)."""
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def enlarge(frame: np.ndarray, scale: int) -> np.ndarray:
-    """Nearest-neighbour magnification by the integer ``scale`` (each pixel becomes a square)."""
-    if int(scale) != scale or scale < 1:
-        raise ValueError(f"scale must be a positive integer, not {scale!r}")
-    return np.repeat(np.repeat(np.asarray(frame), int(scale), axis=0), int(scale), axis=1)
 
 
 def png_bytes(image: np.ndarray) -> bytes:
@@ -192,7 +186,7 @@ class Episode:
 
     def frames(self) -> list[tuple[int, np.ndarray]]:
         """Up to ``max_frames`` per-step frames, evenly spaced: ``[(step, frame)]``."""
-        return run_pages.frame_strip(self.run, self.id, self.max_frames)
+        return lookups.frame_strip(self.run, self.id, self.max_frames)
 
     def _repr_html_(self) -> str:
         return episode_html(self)
@@ -254,7 +248,7 @@ def _strip(ep: Episode) -> tuple[str, str]:
         shown = f"{len(frames)} of {ep.row.frames} frames" if len(frames) < ep.row.frames else "every frame"
         return ("".join(figure(f, f"step {s}", ep.scale) for s, f in frames),
                 f"{shown}, enlarged ×{ep.scale} (nearest neighbour)")
-    frame, error = _frame_or_error(lambda: run_pages.frame_for(ep.run, episode=ep.id))
+    frame, error = _frame_or_error(lambda: lookups.frame_for(ep.run, episode=ep.id))
     return figure(frame, f"end observation · step {ep.row.last_step}", ep.scale, error), \
         "no per-step frame recorded: the observation at the episode's end"
 
@@ -297,13 +291,13 @@ class Turn:
         then the frames it inspected (their step, or the inspected episode's end)."""
         t = self.row
         out = [(f"had · step {t.first_step}",
-                *_frame_or_error(lambda: run_pages.frame_for(self.run, step=t.first_step, life=t.life)))]
-        insp = run_pages.run_inspections(self.run)
+                *_frame_or_error(lambda: lookups.frame_for(self.run, step=t.first_step, life=t.life)))]
+        insp = agent_calls.run_inspections(self.run)
         insp = insp[insp["turn"] == self.number] if len(insp) else insp
         for r in insp.head(self.max_frames - 1).itertuples():
             target = None if pd.isna(r.target_step) else int(r.target_step)
             out.append((f"inspected {r.retrieved}", *_frame_or_error(
-                lambda: run_pages.frame_for(*run_pages.frame_holder(self.run, r.episode, target)))))
+                lambda: lookups.frame_for(*lookups.frame_holder(self.run, r.episode, target)))))
         return out
 
     def _repr_html_(self) -> str:

@@ -21,9 +21,8 @@ import numpy as np
 import pandas as pd
 
 from loaders.frame_compare import TARGET_OUTLINE, outline_tiles, tile_of_cell
+from loaders.lookups import episode_holding, position_at
 from loaders.run import Run
-from loaders.run_pages import episode_holding
-from loaders.turns import position
 from mfm.schema import STRUCTURED_OUTCOMES, IndexRow, version_at_least
 
 COLUMNS = ["episode", "life", "first_step", "last_step", "step", "action", "material", "target_x", "target_y",
@@ -212,7 +211,7 @@ def filmstrip(run: Run, episode: str, target: tuple[int, int] | None, fail_step:
     hurt = damage_at(run, ref.life)
     out = []
     for s in sorted(held):
-        pos = position(run, s, ref.life)
+        pos = position_at(run, s, ref.life)
         cell = (int(pos[0]), int(pos[1])) if pos else None
         tile = tile_of_cell(target, cell) if target is not None and cell is not None else None
         role = "after" if s == fail else "before" if s == fail - 1 else ""
@@ -266,5 +265,5 @@ def known_values(text: str | None, options: list, sep: str = ",", cast: Callable
 def failure_cell(run: Run, row: pd.Series | dict) -> tuple[int, int] | None:
     """Where the player of a failure's life stood at its failure step (``step``, ``life`` of a
     :func:`failures` row): the cell the Spatial grid opens on. None when not recorded."""
-    pos = position(run, int(row["step"]), int(row["life"]))
+    pos = position_at(run, int(row["step"]), int(row["life"]))
     return (int(pos[0]), int(pos[1])) if pos else None

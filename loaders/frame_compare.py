@@ -2,7 +2,7 @@
 threshold that hides the night noise, counts in tiles, a world-aligned difference that undoes
 the camera's move between two steps, and tile outlines. Plain numpy, no Streamlit.
 
-A 64x64 frame is 9x9 tiles of ``width // 9`` pixels (``loaders.run_pages.tile_size``): the
+A 64x64 frame is 9x9 tiles of ``width // 9`` pixels (``loaders.frame_images.tile_size``): the
 top 9x7 tiles are the local view with the player at tile (4, 3), the two rows below are the
 inventory. The view shows world cell ``(X, Y)`` at tile ``(X - x + 4, Y - y + 3)`` when the
 player stands at ``(x, y)``.
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
-from loaders.run_pages import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
+from loaders.frame_images import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
+from mfm.memory.retrieval import enlarge
 
 DEFAULT_THRESHOLD = 8
 """Changes of at most this many levels (largest over the three channels) are ignored."""
@@ -149,7 +150,7 @@ def outline_tiles(frame: np.ndarray, tiles: list[tuple[int, int]], color: tuple[
 def outline_groups(frame: np.ndarray, groups: list[tuple[list[tuple[int, int]], tuple[int, int, int]]],
                    factor: int = 1, width: int = 1) -> np.ndarray:
     """Like :func:`outline_tiles`, with one colour per group of tiles (later groups on top)."""
-    big = np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1) if factor > 1 else frame.copy()
+    big = enlarge(frame, factor) if factor > 1 else frame.copy()
     unit = tile_size(frame) * factor
     w = max(1, min(width, unit // 2))
     for col, row, color in [(c, r, color) for tiles, color in groups for c, r in tiles]:

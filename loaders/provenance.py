@@ -26,10 +26,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Iterable
-
-import weakref
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -84,30 +81,27 @@ def holds_from(writes: Sequence[MemoryWrite], turn_starts: Mapping[int, int]) ->
     return out
 
 
-_held: "weakref.WeakKeyDictionary[Run, tuple[tuple, list[MemoryWrite]]]" = weakref.WeakKeyDictionary()
-
-
 def held_writes(run: Run) -> list[MemoryWrite]:
     """The run's memory writes in log order, each with ``step`` set to the step from which it
-    holds (:func:`holds_from`). Every as-of view of agent memory filters these."""
-    hit = _held.get(run)
-    if hit is not None and hit[0] == run.signature:
-        return hit[1]
+    holds (:func:`holds_from`), computed once per version of the run. Every as-of view of agent
+    memory filters these."""
+    return run.derived("held-writes", _held_writes)
+
+
+def _held_writes(run: Run) -> list[MemoryWrite]:
     writes = list(run.records("memory_writes.jsonl"))
     starts = {t.turn: t.first_step for t in run.records("turns.jsonl")}
     held = holds_from(writes, starts)
-    out = [w if held[w.seq] == w.step else replace(w, step=held[w.seq]) for w in writes]
-    _held[run] = (run.signature, out)
-    return out
+    return [w if held[w.seq] == w.step else replace(w, step=held[w.seq]) for w in writes]
 
 
-def file_as_of(run: Run, path: str, step: int | None) -> str | None:
+def file_as_of(run: Run, path: str, step: int | None = None) -> str | None:
     """``path`` as it stood at env step ``step`` under the as-of rule (None: not written yet,
     or deleted); ``step`` None: its last version."""
     return rebuild(held_writes(run), path, step)
 
 
-def blame_as_of(run: Run, path: str, step: int | None) -> list[Blame]:
+def blame_as_of(run: Run, path: str, step: int | None = None) -> list[Blame]:
     """Each line of ``path`` as of ``step`` (the as-of rule) with the write that set it; the
     write's ``step`` is the step it holds from."""
     return blame(held_writes(run), path, step)

@@ -22,7 +22,7 @@ import numpy as np
 
 from loaders.display import FRAME_ERRORS, data_uri, esc, img
 from loaders.run import Run
-from loaders.run_pages import episode_holding, frame_at
+from loaders.lookups import episode_holding, frame_at
 from mfm.schema import TurnRow
 
 SCALE = 4

@@ -17,9 +17,10 @@ from typing import Any
 
 import pandas as pd
 
-from loaders import run_pages
+from loaders import agent_calls
 from loaders.frame_compare import tile_of_cell
 from loaders.inherited import is_inherited, locate, origin
+from loaders.lookups import episode_holding, position_at
 from loaders.paper_measures import RADIUS, inspected
 from loaders.provenance import held_writes
 from loaders.run import Run
@@ -98,9 +99,9 @@ class CallView:
     search: ``query`` (its arguments) and ``ids`` (the episodes returned); inspect:
     ``episode``, ``frames`` (the decoded frames and their finds) and ``finds``; ``origin``:
     the run the inherited episodes among them came from (its steps, positions and frames are
-    that run's, read from its copy: :func:`loaders.run_pages.frame_holder`); write and
+    that run's, read from its copy: :func:`loaders.lookups.frame_holder`); write and
     consolidate: ``writes`` (the logged writes it made) and, for consolidate, ``added``,
-    ``revised``, ``removed``; model: ``request`` (see :func:`loaders.run_pages.model_calls`)."""
+    ``revised``, ``removed``; model: ``request`` (see :func:`loaders.agent_calls.model_calls`)."""
 
     index: int
     tool: str
@@ -210,29 +211,6 @@ def turn_numbers(run: Run) -> list[int]:
     return sorted({t.turn for t in run.records("turns.jsonl")})
 
 
-def position(run: Run, step: int, life: int) -> tuple[float, float] | None:
-    """The player's cell after env ``step`` in ``life``: the step trace row of that step and
-    life, else that life's respawn at that step (``lives.jsonl``), else the end position of
-    that life's episode ending at that step, else the last earlier trace row of that life."""
-    st = run.steps()
-    if len(st):
-        hit = st[(st["step"] == step) & (st["life"] == life)]
-        if len(hit):
-            return float(hit["x"].iloc[0]), float(hit["y"].iloc[0])
-    for e in run.records("lives.jsonl"):
-        if e.event == "respawn" and e.life == life and e.step == step and e.x is not None:
-            return float(e.x), float(e.y)
-    for r in run.records("index.jsonl"):
-        if r.life == life and r.last_step == step and r.x is not None:
-            return float(r.x), float(r.y)
-    if len(st):
-        before = st[(st["step"] < step) & (st["life"] == life)]
-        if len(before):
-            row = before.iloc[int(before["step"].to_numpy().argmax())]
-            return float(row["x"]), float(row["y"])
-    return None
-
-
 def frame_position(run: Run, step: int | None = None, episode: str | None = None
                    ) -> tuple[tuple[float, float], int] | None:
     """The player's cell and life in a frame: the frame of env ``step`` (in the life of the
@@ -242,19 +220,13 @@ def frame_position(run: Run, step: int | None = None, episode: str | None = None
         return ((float(ref.x), float(ref.y)), ref.life) if ref and ref.x is not None and ref.y is not None else None
     if step is None:
         return None
-    ref = _owner(run, step)
+    ref = episode_holding(run, step)
     if ref is None:
         ref = next((r for r in run.records("index.jsonl") if r.last_step == step), None)
     if ref is None:
         return None
-    pos = position(run, step, ref.life)
+    pos = position_at(run, step, ref.life)
     return (pos, ref.life) if pos else None
-
-
-def _owner(run: Run, step: int) -> IndexRow | None:
-    """The episode owning the per-step frame of ``step`` (None: no stored per-step frame)."""
-    ref = run.index.episode_at(step)
-    return ref if ref is not None and ref.frames and step - ref.first_step <= ref.frames else None
 
 
 def start_frames(run: Run, step: int, life: int) -> tuple[StartFrame, ...]:
@@ -264,7 +236,7 @@ def start_frames(run: Run, step: int, life: int) -> tuple[StartFrame, ...]:
     step of a death is the respawn step of the next life) or no frame is stored, the life's
     start observation is used (its initial episode), or else the first frame of the life after
     ``step``, marked as not exact."""
-    ref = _owner(run, step)
+    ref = episode_holding(run, step)
     if ref is not None and ref.life == life:
         return (StartFrame(f"step {step} · life {life}", life, step=step),)
     for r in run.records("index.jsonl"):
@@ -276,7 +248,7 @@ def start_frames(run: Run, step: int, life: int) -> tuple[StartFrame, ...]:
     later = st[(st["life"] == life) & (st["step"] > step)] if len(st) else st
     if len(later):
         s = int(later["step"].min())
-        if _owner(run, s) is not None:
+        if episode_holding(run, s) is not None:
             return (StartFrame(f"step {s} · life {life}: first frame of life {life} after step {step} "
                                f"({why})", life, step=s, exact=False),)
     return ()
@@ -398,12 +370,12 @@ def _finds(run: Run, ref: IndexRow | None, found: list) -> tuple[tuple[Find, ...
         if not isinstance(f, dict) or _int(f.get("x")) is None or _int(f.get("y")) is None:
             continue
         s = _int(f.get("step"))
-        pos = position(run, s, ref.life) if s is not None and ref is not None else None
+        pos = position_at(run, s, ref.life) if s is not None and ref is not None else None
         tile = tile_of_cell((int(f["x"]), int(f["y"])), (int(pos[0]), int(pos[1]))) if pos else None
         finds.append(Find(str(f.get("name", "?")), int(f["x"]), int(f["y"]), s, tile))
     frames = []
     for s in sorted({f.step for f in finds if f.step is not None}):
-        pos = position(run, s, ref.life) if ref is not None else None
+        pos = position_at(run, s, ref.life) if ref is not None else None
         frames.append(InspectedFrame(s, (int(pos[0]), int(pos[1])) if pos else None,
                                      tuple(f for f in finds if f.step == s)))
     return tuple(finds), tuple(frames)
@@ -422,7 +394,7 @@ def inspected_steps(ref: IndexRow, frames: int | None, stride: int | None) -> li
 
 
 def _calls(run: Run, t: TurnRow, writes: list[WriteView]) -> tuple[tuple[CallView, ...], tuple[WriteView, ...]]:
-    requests = run_pages.model_calls(run.turns(), t.turn)
+    requests = agent_calls.model_calls(run.turns(), t.turn)
     reqs = iter(requests.to_dict("records"))
     claimed: set[int] = set()
     by_seq = {w.seq: w for w in writes}
@@ -457,7 +429,7 @@ def _calls(run: Run, t: TurnRow, writes: list[WriteView]) -> tuple[tuple[CallVie
             finds, frames = _finds(holder, ref, list(res.get("found") or []))
             looked = inspected_steps(ref, _int(args.get("frames")), _int(args.get("stride"))) if ref else []
             seen = {f.step for f in frames}
-            pos_of = {s: position(holder, s, ref.life) for s in looked if s not in seen} if ref else {}
+            pos_of = {s: position_at(holder, s, ref.life) for s in looked if s not in seen} if ref else {}
             frames = tuple(sorted(frames + tuple(
                 InspectedFrame(s, (int(p[0]), int(p[1])) if p else None, ()) for s, p in pos_of.items()),
                 key=lambda f: f.step))
@@ -519,7 +491,7 @@ def turn_view(run: Run, turn: int, radius: float = RADIUS) -> TurnView | None:
         return None
     state, decision = _state_block(t.note)
     calls, other = _calls(run, t, turn_writes(run, turn))
-    model = run_pages.model_calls(run.turns(), turn)
+    model = agent_calls.model_calls(run.turns(), turn)
     usage = dict(t.usage) if isinstance(t.usage, dict) else None
 
     def total(col: str) -> float | None:
@@ -531,7 +503,7 @@ def turn_view(run: Run, turn: int, radius: float = RADIUS) -> TurnView | None:
     cost = total("cost_usd")
     if cost is None and usage and isinstance(usage.get("cost_usd"), (int, float)):
         cost = float(usage["cost_usd"])
-    return TurnView(t.turn, t.life, t.first_step, t.last_step, t.policy, position(run, t.first_step, t.life),
+    return TurnView(t.turn, t.life, t.first_step, t.last_step, t.policy, position_at(run, t.first_step, t.life),
                     start_frames(run, t.first_step, t.life), state, decision,
                     plan_diff(tuple(t.plan_before), tuple(t.plan_after)), calls, _targets(run, t, calls, radius),
                     _episodes(run, t), model, usage, t.latency_s if t.latency_s is not None else total("latency_s"),

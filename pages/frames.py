@@ -11,7 +11,8 @@ from PIL import Image
 from dashboard import ui, vega_charts
 from dashboard.core import MAX_FRAMES, FrameRef, copy_key, format_frame_refs, format_region, parse_cell, \
     parse_frame_refs, parse_region, resolve_run_key
-from loaders import frame_compare, run_pages
+from loaders import frame_compare
+from loaders import frame_images, lookups, spatial_data
 from loaders import notes as notes_mod
 from loaders.inherited import inherited_id
 from loaders.turns import frame_position
@@ -68,7 +69,7 @@ for ref in refs:
     title = ref.label if len({x.run for x in refs}) > 1 else (
         f"{ref.episode} (end)" if ref.episode else f"step {ref.step}")
     if ref.step is not None:
-        sr = run_pages.step_row(r, ref.step)
+        sr = lookups.step_row(r, ref.step)
         if sr:
             sep = "<br>" if len(refs) > 2 or len({x.run for x in refs}) > 1 else " · "
             title += f"{sep}life {sr['life']} · {sr['action']} · ({sr['x']:g}, {sr['y']:g})"
@@ -79,7 +80,7 @@ tab_step, tab_ep, tab_insp, tab_place = st.tabs(["By step", "By episode", "From 
 with tab_step:
     c1, c2, c3 = st.columns([3, 2, 2])
     src = c1.selectbox("Run", open_keys, index=open_keys.index(key), key="w_step_run")
-    lo, hi = run_pages.step_bounds(by_key[src])
+    lo, hi = lookups.step_bounds(by_key[src])
     s = c2.number_input("Env step", min_value=lo, max_value=max(lo, hi),
                         value=min(max(lo, hi), max(lo, cursor.step if cursor and src == key else 1)), key="w_step_n")
     c3.write("")
@@ -134,7 +135,7 @@ with tab_place:
     y = c2.number_input("Cell y", value=cell[1] if cell else 32, step=1, key="w_cell_y")
     parts = []
     for k, r in runs:
-        f = run_pages.frames_at_cell(r.steps(), int(x), int(y))
+        f = spatial_data.frames_at_cell(r.steps(), int(x), int(y))
         if len(f):
             parts.append(f.assign(run=k))
     here = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["step", "life", "episode", "run"])
@@ -176,7 +177,7 @@ if len(loaded) == 2 and len(ins) and loaded[0][0].run == loaded[1][0].run == key
                     f"({ui.md(row['label'])}).")
             titles = ["retrieved: " + titles[0], "agent's view: " + titles[1]]
             break
-t = run_pages.tile_size(frames[0])
+t = frame_images.tile_size(frames[0])
 opt = st.columns([1.45, 1.45, 1.65, 2.6, 2.6])
 
 def _flag(key: str, param: str) -> dict:
@@ -261,7 +262,7 @@ if mine:
     shown_notes = [n for n in notes_mod.at(ui.root_notes().notes, key, lo=mine[0], hi=mine[-1])
                    if n.target in ("step", "region") and n.step in mine]
     ui.show_notes(shown_notes)
-    life_1 = run_pages.life_at(run, mine[0])
+    life_1 = lookups.life_at(run, mine[0])
     if life_1 is not None:
         ui.note_form("note_region", key, "region", f"tiles {c0}–{c1_ - 1} × {r0}–{r1 - 1} of the frame of step "
                      f"{mine[0]}", life=life_1, step=mine[0], region=(c0, c1_, r0, r1))
@@ -291,7 +292,7 @@ if len(frames) >= 2:
     if frames[ia].shape != frames[ib].shape:
         st.warning("A and B differ in size; the wipe needs frames of the same size.")
     else:
-        w = run_pages.wipe(crop(frames[ia], region), crop(frames[ib], region), pos / 100)
+        w = frame_images.wipe(crop(frames[ia], region), crop(frames[ib], region), pos / 100)
         big = enlarge(w, max(1, min(factor * len(frames), 1100 // w.shape[1])))
         st.image(big, width=big.shape[1],
                  caption=f"A = {ui.md(plain[ia])} | B = {ui.md(plain[ib])}; yellow line at {pos}%", output_format="PNG")

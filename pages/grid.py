@@ -8,7 +8,8 @@ import streamlit as st
 from dashboard import figures, ui, vega_charts
 from dashboard.core import clamp_range, format_range, parse_cell, split_list
 from dashboard.theme import CELL_KIND_COLORS
-from loaders import chart_data, run_pages
+from loaders import chart_data
+from loaders import lookups, spatial_data
 from loaders import cursor as cur
 from loaders.run import Run
 from mfm.schema import GRID_KINDS
@@ -29,10 +30,10 @@ if run.is_3d:
                      help="This run is 3-D: the map shows the horizontal plane (x, z); keep cells and episodes "
                           "whose height y lies in this band.")
 cursor = ui.cursor_bar(run, ui.cursor(run))
-first, last = run_pages.step_bounds(run)
+first, last = lookups.step_bounds(run)
 range_widget = ui.bound("w_grid_range", "range", (first, last), lambda v: clamp_range(v, first, last),
                         format_range, sync=True)
-all_lives = ui.cached(run_pages.lives_of)(run)
+all_lives = ui.cached(lookups.lives_of)(run)
 if ui.qp("life") and ui.qp("life") not in {str(v) for v in all_lives}:
     st.warning(f"URL parameter `life` = {ui.md_code(ui.qp('life'), 40)} is no life of {ui.md_code(key)}: dropped.",
                icon="🚫")
@@ -137,10 +138,10 @@ if cell is None:
     st.stop()
 
 x, y = cell
-rows = run_pages.grid_at_cell(run, x, y, view.plane, view.life)
-here = run_pages.episodes_at_cell(run, x, y, view.plane)
+rows = spatial_data.grid_at_cell(run, x, y, view.plane, view.life)
+here = spatial_data.episodes_at_cell(run, x, y, view.plane)
 steps = run.steps() if view.plane == "y" else run.steps().iloc[0:0]
-frames_here = run_pages.frames_at_cell(steps[steps["life"] == view.life] if view.life is not None and len(steps)
+frames_here = spatial_data.frames_at_cell(steps[steps["life"] == view.life] if view.life is not None and len(steps)
                                        else steps, x, y)
 st.markdown(f"**({x}, {y})**: {len(rows)} grid record(s), {len(here)} episode(s), {len(frames_here)} frame(s) "
             "taken standing here.")
@@ -158,7 +159,7 @@ if len(here):
     l1, l2, l3 = st.columns(3)
     l1.page_link(pg["timeline"], label=f"Open {ui.md(pick)} in Timeline", icon=":material/view_timeline:",
                  query_params=ui.link_params(ep=pick, step=s))
-    fr = f"{key}:{s}" if run_pages.episode_holding(run, s, int(r["life"])) is not None else f"{key}:{pick}"
+    fr = f"{key}:{s}" if lookups.episode_holding(run, s, int(r["life"])) is not None else f"{key}:{pick}"
     l2.page_link(pg["frames"], label=f"Open its frame (step {s}) in Frames", icon=":material/compare:",
                  query_params=ui.link_params(frames=fr, cell=f"{x},{y}"))
     spread = frames_here.drop_duplicates("life").head(4)

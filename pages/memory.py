@@ -15,7 +15,7 @@ from dashboard import safe_text, ui
 from dashboard.core import clamp_range, format_range, parse_int
 from loaders import analysis_pages as ap
 from loaders import cursor as cur
-from loaders import run_pages
+from loaders import lookups
 from loaders import turns as tv
 from loaders.inherited import episode_label, is_inherited
 
@@ -40,26 +40,26 @@ st.selectbox("File", paths, **ui.bound("w_mem_file", "file", paths[0], lambda v:
 path = st.session_state["w_mem_file"]
 written = ap.memory_steps(run, path)
 unknown = ap.memory_unknown(run, path)
-_, last = run_pages.step_bounds(run)
+_, last = lookups.step_bounds(run)
 lo_s, hi_s = min(written[0], unknown[0]) if unknown else written[0], max(last, written[-1])
 cursor = ui.cursor(run)
 asof_url = parse_int(ui.qp("asof"))
 if cursor is not None and asof_url is not None and asof_url != cursor.step:
     if cur.follow(ui.named("asof"), ui.named("step"), False) == "target":
-        life = run_pages.life_at(run, asof_url)
+        life = lookups.life_at(run, asof_url)
         cursor = cur.Cursor(cursor.life if life is None else life, asof_url)
         ui.set_cursor(cursor)
     else:
         ui.set_qp(asof=cursor.step)
 elif cursor is not None:
     ui.set_qp(asof=cursor.step)
-elif asof_url is not None and (life := run_pages.life_at(run, asof_url)) is not None:
+elif asof_url is not None and (life := lookups.life_at(run, asof_url)) is not None:
     cursor = cur.Cursor(life, asof_url)
     ui.set_cursor(cursor)
 ui.cursor_bar(run, cursor)
 def _asof_moved(v: int) -> dict:
     """A new "as of" step moves the time cursor there (and drops the diff's steps)."""
-    life = run_pages.life_at(run, int(v))
+    life = lookups.life_at(run, int(v))
     return {"diff": None, **({"step": int(v), "life": life} if life is not None else {})}
 
 

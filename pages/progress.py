@@ -8,7 +8,7 @@ import streamlit as st
 from dashboard import figures, ui, vega_charts
 from loaders import chart_data, paper_measures
 from loaders import analysis_pages as ap
-from loaders import run_pages
+from loaders import runs_summary
 from loaders.run import Run
 
 
@@ -17,7 +17,7 @@ def _progress(runs: list[tuple[str, Run]]) -> tuple[chart_data.SeedBands, pd.Dat
     """Milestone bands, the per-method summary, the reach table and first-reached steps."""
     bands = chart_data.progress(runs)
     ms = ap.measures(runs)
-    firsts = run_pages.milestone_steps([r for _, r in runs], ui.root())
+    firsts = runs_summary.milestone_steps([r for _, r in runs], ui.root())
     return bands, ap.milestone_summary(ms), paper_measures.reach_table(ms), firsts
 
 

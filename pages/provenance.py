@@ -13,7 +13,7 @@ import streamlit as st
 from dashboard import figures, ui, vega_charts
 from dashboard.core import clamp_range, format_range
 from loaders import provenance as pv
-from loaders import run_pages
+from loaders import frame_images, lookups
 from loaders.run import Run
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
@@ -54,7 +54,7 @@ if full.problems:
 
 cursor = ui.cursor_bar(run, ui.cursor(run))
 steps = [n.step for n in full.nodes]
-first, last = min(steps), max(max(steps), run_pages.step_bounds(run)[1])
+first, last = min(steps), max(max(steps), lookups.step_bounds(run)[1])
 range_widget = ui.bound("w_prov_range", "range", (first, last), lambda v: clamp_range(v, first, last),
                         format_range, sync=True)
 if last > first:
@@ -136,8 +136,8 @@ def _frames(eps: pd.DataFrame) -> None:
                     f"steps {r.first_step}–{r.last_step}{' of that run' if r.from_run else ''} · {ui.md(r.summary)}")
         if r.frames:
             try:
-                strip = run_pages.frame_strip(run, r.id, max_frames=8)
-                thumbs = [run_pages.upscale(f, 96) for _, f in strip]
+                strip = lookups.frame_strip(run, r.id, max_frames=8)
+                thumbs = [frame_images.upscale(f, 96) for _, f in strip]
                 st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip], output_format="PNG")
             except (FrameError, UnsafePath) as e:
                 st.error(f"Frames of {ui.md(r.id)} cannot be shown: {ui.md(e)}")

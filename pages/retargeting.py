@@ -7,8 +7,7 @@ import streamlit as st
 from dashboard import figures, ui, vega_charts
 from dashboard.core import copy_key, parse_int
 from loaders import analysis_pages as ap
-from loaders import chart_data
-from loaders import run_pages
+from loaders import chart_data, frame_images, lookups
 from loaders import turns as tv
 from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, TURN_LEGEND, legend_image, legend_text, outline_groups
 from loaders.paper_measures import RADIUS
@@ -137,7 +136,7 @@ with left:
     p2.dataframe(pd.DataFrame(list(t.plan_after), columns=["label", "x", "y"]), hide_index=True,
                  width="stretch", key="rt_plan_after")
 with right:
-    st.altair_chart(vega_charts.retarget_map(tv.position(run, t.first_step, t.life), audit.inspections,
+    st.altair_chart(vega_charts.retarget_map(lookups.position_at(run, t.first_step, t.life), audit.inspections,
                                              audit.targets, audit.radius), width="content", key="rt_map")
     st.caption(f"Agent (black) when the turn began; inspected episodes' recorded positions (numbered diamonds; "
                f"episodes within {vega_charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle "
@@ -172,7 +171,7 @@ for s in shots[lo_i:hi_i]:
     caption = f"inspected {s.label} · " + (f"step {s.step}" + (" of that run" if s.origin else "")
                                            if s.step is not None else "end observation") + f" · {s.why}"
     try:
-        holder, step, ep, life = run_pages.frame_holder(run, s.episode, s.step, None)
+        holder, step, ep, life = lookups.frame_holder(run, s.episode, s.step, None)
         refs.append((caption, copy_key(key) if s.origin else key, holder, step, ep, life, s))
     except FrameError as e:
         refs.append((f"{caption}: {e}", key, None, None, None, None, s))
@@ -189,7 +188,7 @@ for col, (caption, _, holder, step, ep, life, shot) in zip(cols, refs):
                                        ([f.tile for f in shot.on_target if f.tile], TARGET_OUTLINE)],
                                  factor=max(1, 256 // img.shape[1]), width=2)
         else:
-            img = run_pages.upscale(img)
+            img = frame_images.upscale(img)
         col.image(img, caption=ui.md(caption), output_format="PNG")
     except (FrameError, UnsafePath, KeyError) as e:
         col.warning(f"{ui.md(caption)}: {ui.md(e)}")

@@ -6,7 +6,7 @@ import streamlit as st
 from dashboard import ui, vega_charts
 from dashboard.core import run_key, split_list
 from dashboard.theme import STATUS_LABELS
-from loaders import run_pages
+from loaders import runs_summary
 
 runs_open, _ = ui.sidebar()
 root = ui.root()
@@ -27,7 +27,7 @@ if not runs:
 AUTO_CHECK = 12
 check = len(runs) <= AUTO_CHECK or st.session_state.get("w_check_all", False)
 with st.spinner(f"Reading {len(runs)} run(s)" + (" and checking them for damage…" if check else "…")):
-    overview = run_pages.runs_overview(runs, root, check=check)
+    overview = runs_summary.runs_overview(runs, root, check=check)
 by_key = {run_key(root, r.path): r for r in runs}
 keys = list(overview["key"])
 
@@ -51,7 +51,7 @@ def _steps(steps: object, budget: object) -> str:
 @st.fragment(run_every=10 if follow else None)
 def _table() -> None:
     """The runs table; refreshed on a timer while a run is being written."""
-    ov = run_pages.runs_overview(ui.all_runs(), root, check=check) if follow else overview
+    ov = runs_summary.runs_overview(ui.all_runs(), root, check=check) if follow else overview
     table = ov.assign(status=ov["status"].map(lambda s: STATUS_LABELS.get(s, s)),
                       progress=ov["milestones_reached"] / ov["milestones_total"].clip(lower=1),
                       seed=[_blank(v, "unknown") for v in ov["seed"]],
@@ -139,10 +139,10 @@ if len(tasks) > 1:
     task = st.radio("Task", tasks, horizontal=True, key="w_ms_task", format_func=ui.md,
                     help="Milestones are compared within one task (each task has its own list).")
     shown = [r for r in shown if r.manifest and r.manifest.task == task]
-ov = overview if shown is runs else run_pages.runs_overview(shown, root, check=check or bool(runs_open))
+ov = overview if shown is runs else runs_summary.runs_overview(shown, root, check=check or bool(runs_open))
 c1, c2 = st.columns([2, 3])
 c1.altair_chart(vega_charts.reached_chart(ov), width="stretch", key="reached")
-ms = run_pages.milestone_steps(shown, root)
+ms = runs_summary.milestone_steps(shown, root)
 order = []
 for r in shown:
     if r.manifest:

@@ -10,7 +10,7 @@ from dashboard.theme import STATUS_LABELS
 from dashboard.scrubber import LABEL, frame_scrubber
 from loaders import cursor as cur
 from loaders import notes as notes_mod
-from loaders import run_pages
+from loaders import agent_calls, frame_images, lookups, runs_summary, timeline_data
 from loaders.inherited import episode_label, is_inherited
 from loaders.run import Run
 from loaders.scrubber import episode_scrub
@@ -32,10 +32,10 @@ st.caption(f"{ui.md_code(key)} · " + ui.md(
     f"{STATUS_LABELS.get(run.status, run.status)} · {len(run.episodes())} episodes"))
 ui.follow_live([(key, run)])
 ui.show_problems(key, run)
-if missing := run_pages.absent_records(run):
+if missing := runs_summary.absent_records(run):
     st.info(f"This {run.format} run has no {', no '.join(missing)}: those marks are not shown.")
 
-first, last = run_pages.step_bounds(run)
+first, last = lookups.step_bounds(run)
 if last <= first:
     st.info("This run has no episodes yet.")
     st.stop()
@@ -135,7 +135,7 @@ if not ep_id:
     st.stop()
 
 try:
-    d = run_pages.episode_detail(run, ep_id)
+    d = lookups.episode_detail(run, ep_id)
 except (KeyError, UnsafePath) as e:
     st.error(ui.md(e))
     st.stop()
@@ -165,7 +165,7 @@ with left:
         st.markdown(f"**Note.** {ui.md(row.note)}")
     ev = marks
     if len(marks):
-        decision = marks["kind"].isin(run_pages.DECISION_KINDS)
+        decision = marks["kind"].isin(timeline_data.DECISION_KINDS)
         during = (marks["step"] > row.first_step) & (marks["step"] <= row.last_step)
         before = (marks["step"] >= row.first_step) & (marks["step"] < row.last_step)
         ev = marks[(marks["life"] == row.life) & ((decision & before) | (~decision & during))]
@@ -186,7 +186,7 @@ with right:
         st.dataframe(d.steps.drop(columns=["episode"], errors="ignore"), hide_index=True, width="stretch", height=260)
 
 if row.turn is not None:
-    reqs = run_pages.model_calls(run.turns(), row.turn)
+    reqs = agent_calls.model_calls(run.turns(), row.turn)
     if len(reqs):
         st.markdown(f"**Model requests of turn {row.turn}** ({len(reqs)}; ✓ ok, ↻ failed then retried, "
                     "✗ failed and the policy gave up)")
@@ -200,7 +200,7 @@ if row.turn is not None:
                                     "cost_usd": st.column_config.NumberColumn("cost (USD)", format="%.5f"),
                                     "tool_calls": st.column_config.TextColumn("tool calls in the reply", width="large"),
                                     "error": st.column_config.TextColumn("failure", width="medium")})
-    calls = run_pages.turn_calls(run.turns(), row.turn)
+    calls = agent_calls.turn_calls(run.turns(), row.turn)
     if len(calls):
         with st.expander(f"Every call of turn {row.turn} with its result ({len(calls)})"):
             st.dataframe(calls, hide_index=True, width="stretch", key="turn_calls",
@@ -210,8 +210,8 @@ if row.turn is not None:
 if row.frames:
     st.markdown("**Frame strip**")
     try:
-        strip = run_pages.frame_strip(run, ep_id, max_frames=24)
-        thumbs = [run_pages.upscale(f, 128) for _, f in strip]
+        strip = lookups.frame_strip(run, ep_id, max_frames=24)
+        thumbs = [frame_images.upscale(f, 128) for _, f in strip]
         st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip], output_format="PNG")
         if row.frames > len(strip):
             st.caption(f"{len(strip)} of {row.frames} frames, evenly spaced; scrub below for every step.")

@@ -13,7 +13,7 @@ from loaders import cursor as cur
 from loaders import notes as notes_mod
 from loaders import turns as tv
 from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, TURN_LEGEND, legend_image, legend_text, outline_groups
-from loaders.run_pages import upscale
+from loaders.frame_images import upscale
 from loaders.scrubber import steps_scrub
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError

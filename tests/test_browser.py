@@ -13,7 +13,7 @@ import pytest
 from dash_browser import SHOTS, dashboard, needs_browser, no_exception, query, screenshot, settle, url
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
-from loaders.run_pages import inspections
+from loaders.agent_calls import inspections
 
 pytestmark = [needs_browser, pytest.mark.browser, pytest.mark.slow]
 

@@ -181,7 +181,7 @@ def test_the_runs_page_costs_a_handful_of_requests_whatever_the_number_of_runs(
     checked), the manifest written back with the check's time; and one request once checked.
     The page shows every run as its ``run.json`` in the bucket says."""
     from loaders.run import local_path, open_runs
-    from loaders.run_pages import milestone_steps, runs_overview
+    from loaders.runs_summary import milestone_steps, runs_overview
 
     s3.mkdir("page")
     counts = []

@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, open_app, texts, use_root, vega_tables, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
-from loaders.run_pages import inspections
+from loaders.agent_calls import inspections
 
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from loaders import find_runs, open_run
 from loaders.convert import import_runs
+from loaders.provenance import file_as_of
 from mfm.cli import main
 from mfm.memory.retrieval import FrameError
 from mfm.validate import validate
@@ -40,10 +41,10 @@ def test_export_opens_in_place(export_dir: Path):
     assert list(m.milestone_order) == raw["run"]["milestones"]["order"]
     assert m.method == raw["run"]["memory_mode"] and m.task == raw["run"]["task"]
     for path, text in raw["mine"]["files"].items():
-        assert run.memory_file(path) == text or run.memory_file(path).rstrip("\n") == text.rstrip("\n")
+        assert file_as_of(run, path) == text or file_as_of(run, path).rstrip("\n") == text.rstrip("\n")
     first = raw["mine"]["history"]["mine/notes.md"][0]
-    assert run.memory_file("mine/notes.md", as_of_step=first["step"] - 1) is None
-    assert run.memory_file("mine/notes.md", as_of_step=first["step"]).splitlines() == first["added"]
+    assert file_as_of(run, "mine/notes.md", first["step"] - 1) is None
+    assert file_as_of(run, "mine/notes.md", first["step"]).splitlines() == first["added"]
     ep = raw["index"][5]["id"]
     assert run.episode_record(ep).action == json.loads(raw["episodes"][ep]["action"])
     with pytest.raises(FrameError, match="not included"):
@@ -211,7 +212,7 @@ def test_unreplayable_history_is_unknown_not_empty(g4_dir: Path):
         first, last = min(e["step"] for e in hist), max(e["step"] for e in hist)
         versions = ap.memory_versions(run, path)
         assert list(versions["step"]) == [last]
-        assert run.memory_file(path, last).rstrip("\n") == text.rstrip("\n")
+        assert file_as_of(run, path, last).rstrip("\n") == text.rstrip("\n")
         assert ap.memory_text(run, path, last).rstrip("\n") == text.rstrip("\n")
         assert ap.memory_unknown(run, path) == ((first, last) if first < last else None)
         if first < last:
@@ -220,7 +221,7 @@ def test_unreplayable_history_is_unknown_not_empty(g4_dir: Path):
 
 
 def test_export_index_fields_we_do_not_name_are_kept(g4_dir: Path):
-    from loaders import run_pages as rp
+    from loaders import lookups
 
     raw = json.loads((g4_dir / "data.json").read_text())
     ep = open_run(g4_dir).episodes().set_index("id")["extra"]
@@ -229,18 +230,18 @@ def test_export_index_fields_we_do_not_name_are_kept(g4_dir: Path):
         assert extra.get("inventory_delta") == row.get("inventory_delta")
         assert extra["_frame"] == row["_frame"]
         assert "_raw" not in extra
-    detail = rp.episode_detail(open_run(g4_dir), "ep_000521")
+    detail = lookups.episode_detail(open_run(g4_dir), "ep_000521")
     assert detail.extra["inventory_delta"] == next(r for r in raw["index"] if r["id"] == "ep_000521")["inventory_delta"]
 
 
 def test_export_without_a_seed_has_none(g4_dir: Path):
     from loaders import analysis_pages as ap
-    from loaders import run_pages as rp
+    from loaders import runs_summary
 
     assert "seed" not in json.loads((g4_dir / "data.json").read_text())["run"]
     run = open_run(g4_dir)
     assert run.manifest.seed is None and ap.seed_of(run) is None and run.summary()["seed"] is None
-    assert rp.runs_overview([run], g4_dir.parent).iloc[0]["seed"] is None
+    assert runs_summary.runs_overview([run], g4_dir.parent).iloc[0]["seed"] is None
     table = ap.milestone_summary(ap.measures([("g4", run)]))
     assert f"{run.name} (no seed):" in table["per seed"].iloc[0]
 

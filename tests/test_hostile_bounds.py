@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import open_app, use_root
+from loaders.provenance import file_as_of
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_runs" / "diamond_mfm_s2"
@@ -185,7 +186,7 @@ def test_an_episode_claiming_too_many_frames_is_one_error_at_its_line(count_run:
     of it is looked for (else each of its strips past the first would be a missing-strip
     error: up to a million), every other row is kept, and the Runs page lists the run."""
     from loaders.run import open_run
-    from loaders.run_pages import runs_overview
+    from loaders.runs_summary import runs_overview
     from mfm.validate import validate
 
     before = len(lines_of(count_run / "index.jsonl"))
@@ -349,7 +350,7 @@ def test_oversize_objects_are_refused_before_download(s3, small_bounds: None, sm
     with everything else, and every run of the root is listed."""
     from loaders.remote import mirror_dir
     from loaders.run import open_run, open_runs
-    from loaders.run_pages import runs_overview
+    from loaders.runs_summary import runs_overview
     from mfm.memory.retrieval import FrameError
     from mfm.objectstore import OBJECT_LIMITS, StoreError, read_bytes
 
@@ -428,7 +429,7 @@ def test_a_key_that_is_both_an_object_and_a_folder_is_one_problem(s3, small_run:
 
     from loaders.remote import mirror_dir, validate_remote
     from loaders.run import open_runs
-    from loaders.run_pages import runs_overview
+    from loaders.runs_summary import runs_overview
     from mfm.validate import validate
 
     b = "hb-conflict"
@@ -455,7 +456,7 @@ def test_a_key_that_is_both_an_object_and_a_folder_is_one_problem(s3, small_run:
         assert side in new[0].message
         assert len(run.episodes()) == len(good.episodes()) and len(run.memory_writes()) == len(good.memory_writes())
         assert np.array_equal(run.frame(step), good.frame(step))
-    assert runs["c-mine"].memory_file("mine/GUIDE.md") == good.memory_file("mine/GUIDE.md")
+    assert file_as_of(runs["c-mine"], "mine/GUIDE.md") == file_as_of(good, "mine/GUIDE.md")
     assert (mirror_dir(url) / "c-mine" / "mine" / "GUIDE.md").is_file()
     local = mirror_dir(url) / "c-table"
     assert (local / "index.jsonl").is_file() and not (local / "index.jsonl" / "old").exists()

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from loaders import open_run, open_runs, runs_table
 from loaders.formats import crafter_recorder
+from loaders.provenance import blame_as_of, file_as_of
 from loaders.run import TABLE_NAMES, Run
-from loaders.run_pages import problems_table, runs_overview
+from loaders.runs_summary import problems_table, runs_overview
 from mfm.boundary import UnsafePath
 from mfm.cli import main
 from mfm.memory.retrieval import FrameError
@@ -88,8 +89,8 @@ def exercise(path: Path) -> Run:
         except (FrameError, UnsafePath):
             pass
     for path in {w.path for w in run.records("memory_writes.jsonl")}:
-        run.memory_file(path)
-        run.memory_blame(path)
+        file_as_of(run, path)
+        blame_as_of(run, path)
     return run
 
 
@@ -298,7 +299,7 @@ def test_export_agent_files_of_any_type(raw, tmp_path, mutate: Callable, words: 
     problem(run, "data.json › mine", words)
     for path, text in raw["mine"]["files"].items():
         if path != NOTES and isinstance(data["mine"].get("files"), dict):
-            assert run.memory_file(path).rstrip("\n") == text.rstrip("\n")
+            assert file_as_of(run, path).rstrip("\n") == text.rstrip("\n")
     assert {w.path for w in run.records("memory_writes.jsonl")} <= set(raw["mine"]["files"])
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from loaders import open_run, run_pages
+from loaders import open_run
+from loaders import lookups, runs_summary
 from loaders.run import open_runs
 from mfm.boundary import UnsafePath
 from mfm.cli import main
@@ -227,12 +228,12 @@ def test_a_symlink_leading_outside_the_run_is_not_followed(tmp_path: Path, kind:
         with pytest.raises(UnsafePath, match="outside"):
             r.episode_record("ep_000002")
         with pytest.raises(UnsafePath):
-            run_pages.episode_detail(r, "ep_000002")
+            lookups.episode_detail(r, "ep_000002")
     if "frame" in kind or kind == "episode folder":
         with pytest.raises(UnsafePath, match="outside"):
             r.frame(step)
         with pytest.raises(UnsafePath):
-            run_pages.frame_for(r, step=step)
+            lookups.frame_for(r, step=step)
         c = validate(run, frames=True)
         assert any("leads outside the run" in x.message and x.line for x in c.errors), c.problems
     assert r.frame(r.episode("ep_000004").first_step + 1).shape[2] == 3
@@ -358,12 +359,12 @@ def test_the_runs_page_shows_the_good_run_whole_beside_one_bad_run_of_each_kind(
 
     alone = tmp_path / "alone"
     shutil.copytree(SAMPLE, alone / "good")
-    expected = run_pages.runs_overview(open_runs(alone), alone).set_index("key").loc["good"].to_dict()
+    expected = runs_summary.runs_overview(open_runs(alone), alone).set_index("key").loc["good"].to_dict()
     root = tmp_path / "root"
     shutil.copytree(SAMPLE, root / "good")
     bad = _bad_runs(root, tmp_path)
 
-    table = run_pages.runs_overview(open_runs(root), root).set_index("key")
+    table = runs_summary.runs_overview(open_runs(root), root).set_index("key")
     assert table.loc["good"].to_dict() == expected
     for name, file in bad.items():
         problems = open_run(root / name).problems

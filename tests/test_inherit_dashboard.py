@@ -16,9 +16,9 @@ import pytest
 from conftest import open_app, texts, use_root
 from raw import jsonl, stored_frame
 from raw_whole import inspected_episodes, shown_step
+from loaders import agent_calls, lookups, timeline_data
 from loaders import analysis_pages as ap
 from loaders import provenance as pv
-from loaders import run_pages as rp
 from loaders import turns as tv
 from loaders.display import Episode, Turn
 from loaders.inherited import copy_of, locate
@@ -109,7 +109,7 @@ def test_every_page_renders_the_inherited_run(page: str) -> None:
 
 def test_inspections_keep_inherited_ids_and_look_them_up_in_the_copy(root: Path) -> None:
     run = open_run(root / NEW)
-    got = rp.run_inspections(run)
+    got = agent_calls.run_inspections(run)
     raw = inspections_raw(root)
     assert list(got["episode"]) == [c["args"]["episode"] for _, c in raw]
     index, name = copy_index(root), origin_name(root)
@@ -121,31 +121,32 @@ def test_inspections_keep_inherited_ids_and_look_them_up_in_the_copy(root: Path)
             assert row.target_life == own.get("life", 0)
             where = "end observation" if row.target_step is pd.NA else f"step {row.target_step}"
             assert row.label.endswith(f"inspected {ep} (from run {name}) · {where} of that run")
-    marks = rp.timeline_marks(run, max_per_kind=10 ** 6)
+    marks = timeline_data.timeline_marks(run, max_per_kind=10 ** 6)
     assert sorted(marks.loc[marks["kind"] == "inspect", "label"]) == sorted(f"inspect {c['args']['episode']}"
                                                                             for _, c in raw)
 
 
 def test_inherited_frames_are_read_from_the_copy(root: Path) -> None:
     run = open_run(root / NEW)
-    assert run.inherited is not None and run.inherited.path == (root / COPY).resolve()
+    copy = copy_of(run)
+    assert copy is not None and copy.path == (root / COPY).resolve()
     checked = 0
     for _, c in inspections_raw(root):
         ep = c["args"]["episode"]
         if not ep.startswith("inherited:"):
             continue
         for step in sorted({f["step"] for f in c["result"]["found"]}):
-            holder, s, episode, life = rp.frame_holder(run, ep, step)
+            holder, s, episode, life = lookups.frame_holder(run, ep, step)
             assert holder.path == (root / COPY).resolve() and (s, episode) == (step, None)
-            assert np.array_equal(rp.frame_for(holder, s, episode, life), stored_frame(root / COPY, step))
+            assert np.array_equal(lookups.frame_for(holder, s, episode, life), stored_frame(root / COPY, step))
             checked += 1
         row = copy_index(root)[ep.removeprefix("inherited:")]
-        strip = rp.frame_strip(run, ep, max_frames=1000)
+        strip = lookups.frame_strip(run, ep, max_frames=1000)
         assert [s for s, _ in strip] == list(range(row["first_step"] + 1, row["first_step"] + row["frames"] + 1))
-        assert np.array_equal(rp.frame_for(run, episode=ep), strip[-1][1])
+        assert np.array_equal(lookups.frame_for(run, episode=ep), strip[-1][1])
     assert checked
     with pytest.raises(FrameError):
-        rp.frame_for(run, episode="inherited:ep_999999")
+        lookups.frame_for(run, episode="inherited:ep_999999")
 
 
 def test_turns_page_shows_inherited_inspections_from_the_copy(root: Path) -> None:
@@ -272,7 +273,7 @@ def test_frames_page_reads_inherited_frames_from_the_copy(root: Path) -> None:
     at = open_app("frames", runs=NEW, frames=f"{NEW}:{ep},{COPY}:{ep.removeprefix('inherited:')}")
     assert not at.error, [e.value for e in at.error]
     at = open_app("frames", runs=NEW)
-    ins = rp.run_inspections(open_run(root / NEW))
+    ins = agent_calls.run_inspections(open_run(root / NEW))
     k = next(i for i, r in enumerate(ins.itertuples()) if r.inherited and r.target_step is not pd.NA)
     at.selectbox(key="w_insp").set_value(k).run()
     at.button(key="use_insp").click().run()
@@ -300,7 +301,7 @@ def test_a_copy_leading_outside_the_run_is_not_read(root: Path, tmp_path: Path, 
     shutil.copytree(root / NEW, evil_root / NEW, ignore=shutil.ignore_patterns("inherited"))
     (evil_root / NEW / "inherited").symlink_to(root / EARLIER, target_is_directory=True)
     run = open_run(evil_root / NEW)
-    assert copy_of(run) is None and run.inherited is None
+    assert copy_of(run) is None
     ref = locate(run, jsonl(root / NEW / "memory_writes.jsonl")[0]["sources"][0])
     assert ref.holder is None and ref.row is None and ref.origin == origin_name(root)
     use_root(monkeypatch, evil_root)

@@ -19,7 +19,8 @@ from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, damage, make_root
 from dashboard import theme, vega_charts
 from dashboard.core import (FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_range, resolve_run_key,
                             runs_root)
-from loaders import chart_data, run_pages
+from loaders import chart_data
+from loaders import agent_calls, frame_images, lookups, runs_summary, spatial_data, timeline_data
 from loaders.run import find_runs, open_run, open_runs, runs_table, signature
 from mfm.boundary import UnsafePath, inside
 from mfm.memory.retrieval import FrameError
@@ -49,7 +50,7 @@ def test_damaged_copy_reports_file_and_line(root: Path) -> None:
     assert f"steps.jsonl:{steps_lines}" in where, where
     assert any("ep_000002" in p.message and "frame strip" in p.message for p in run.problems)
     assert len(run.episodes()) == len(open_run(root / SYNTHETIC).episodes())
-    table = run_pages.problems_table(run)
+    table = runs_summary.problems_table(run)
     assert list(table.columns) == ["where", "severity", "message"]
     assert table["where"].str.contains(r"^[\w./]+(?::\d+)?$").all()
 
@@ -58,12 +59,12 @@ def test_missing_strip_gives_frame_error_not_crash(root: Path) -> None:
     run = open_run(root / DAMAGED)
     ref = run.episode("ep_000002")
     with pytest.raises(FrameError):
-        run_pages.frame_for(run, step=ref.first_step + 1)
+        lookups.frame_for(run, step=ref.first_step + 1)
     with pytest.raises(FrameError):
-        run_pages.frame_strip(run, "ep_000002")
+        lookups.frame_strip(run, "ep_000002")
     with pytest.raises(FrameError):
-        run_pages.frame_for(run, episode="ep_000002")
-    assert run_pages.frame_for(run, episode="ep_000003").shape == (64, 64, 3)
+        lookups.frame_for(run, episode="ep_000002")
+    assert lookups.frame_for(run, episode="ep_000003").shape == (64, 64, 3)
 
 
 @pytest.mark.parametrize("breakage", ["truncated", "garbage", "strip", "empty", "binary"])
@@ -88,13 +89,13 @@ def test_open_run_never_raises(tmp_path: Path, breakage: str) -> None:
         assert p.file and isinstance(p.line, int)
     for name in ("episodes", "steps", "turns", "grid", "milestones", "lives", "memory_writes", "seen"):
         assert isinstance(run.table(name), pd.DataFrame)
-    run_pages.timeline_marks(run)
-    run_pages.timeline_bars(run.episodes())
-    run_pages.grid_cells(run.grid())
-    run_pages.inspections(run.turns(), run.episodes())
+    timeline_data.timeline_marks(run)
+    timeline_data.timeline_bars(run.episodes())
+    spatial_data.grid_cells(run.grid())
+    agent_calls.inspections(run.turns(), run.episodes())
     if breakage == "strip":
         with pytest.raises(FrameError):
-            run_pages.frame_for(run, step=run.episode("ep_000003").first_step + 1)
+            lookups.frame_for(run, step=run.episode("ep_000003").first_step + 1)
 
 
 def test_cache_refreshes_when_a_file_changes(tmp_path: Path) -> None:
@@ -115,30 +116,30 @@ def test_cache_refreshes_when_a_file_changes(tmp_path: Path) -> None:
 def test_timeline_views_on_a_crafter_run(root: Path) -> None:
     run = open_run(root / CRAFTER)
     eps = run.episodes()
-    bars = run_pages.timeline_bars(eps)
+    bars = timeline_data.timeline_bars(eps)
     assert len(bars) == len(eps) and (bars["count"] == 1).all()
     assert set(bars["category"]) >= {"initial", "explore"}
-    by_outcome = run_pages.timeline_bars(eps, color_by="outcome")
+    by_outcome = timeline_data.timeline_bars(eps, color_by="outcome")
     assert set(by_outcome["category"]) <= {"done", "failed", "interrupted", "none"}
-    marks = run_pages.timeline_marks(run)
+    marks = timeline_data.timeline_marks(run)
     assert {"search", "inspect", "memory_write"} <= set(marks["kind"])
-    assert set(marks["kind"]) <= set(run_pages.MARK_KINDS)
+    assert set(marks["kind"]) <= set(timeline_data.MARK_KINDS)
     lives = run.lives()
     assert (marks["kind"] == "death").sum() == (lives["event"] == "death").sum()
     lo, hi = 50, 120
-    zoom = run_pages.timeline_bars(eps, lo, hi)
+    zoom = timeline_data.timeline_bars(eps, lo, hi)
     assert (zoom["end"] >= lo).all() and (zoom["start"] <= hi).all()
-    assert run_pages.vitals_series(run.steps(), lo, hi)["step"].between(lo, hi).all()
+    assert timeline_data.vitals_series(run.steps(), lo, hi)["step"].between(lo, hi).all()
 
 
 def test_inspections_pair_the_retrieved_frame_with_the_agents(root: Path) -> None:
     run = open_run(root / CRAFTER)
-    ins = run_pages.inspections(run.turns(), run.episodes())
+    ins = agent_calls.inspections(run.turns(), run.episodes())
     assert len(ins) > 0
     row = ins.iloc[0]
     assert row["episode"].startswith("ep_")
-    assert run_pages.frame_for(run, step=int(row["target_step"])).shape == (64, 64, 3)
-    assert run_pages.frame_for(run, step=int(row["step"])).shape == (64, 64, 3)
+    assert lookups.frame_for(run, step=int(row["target_step"])).shape == (64, 64, 3)
+    assert lookups.frame_for(run, step=int(row["step"])).shape == (64, 64, 3)
     assert "inspected" in row["label"]
 
 
@@ -153,7 +154,7 @@ def test_turn_calls_parse_as_json_loads_does(text: str) -> None:
         want = json.loads(text)
     except ValueError:
         want = None
-    got = run_pages._json(text)
+    got = agent_calls._json(text)
     assert (got != got and want != want) or got == want  # NaN is the one value not equal to itself
 
 
@@ -162,7 +163,7 @@ def test_model_requests_written_with_escapes_are_found() -> None:
     calls = '[{"tool": "\\u006dodel", "args": {}, "result": {}}]'
     turns = pd.DataFrame({"turn": [0, 1], "life": [0, 0], "first_step": [3, 9],
                           "calls": [calls, '[{"tool": "search", "args": {}, "result": {}}]']})
-    assert run_pages.model_calls(turns)["step"].tolist() == [3]
+    assert agent_calls.model_calls(turns)["step"].tolist() == [3]
 
 
 def test_tool_calls_accept_frame_index_and_paths() -> None:
@@ -173,11 +174,11 @@ def test_tool_calls_accept_frame_index_and_paths() -> None:
                   ' {"tool": "search", "args": {"text": "iron"}, "result": {"episodes": ["ep_000001"]}}]'],
     })
     episodes = pd.DataFrame({"id": ["ep_000001", "ep_000004"], "first_step": [3, 12]})
-    calls = run_pages.tool_calls(turns)
+    calls = agent_calls.tool_calls(turns)
     assert list(calls["tool"]) == ["inspect", "inspect", "search"]
     assert calls.iloc[1]["episode"] == "ep_000004"
     assert calls.iloc[2]["results"] == 1
-    ins = run_pages.inspections(turns, episodes)
+    ins = agent_calls.inspections(turns, episodes)
     assert ins.iloc[0]["target_step"] == 3 + 1 + 2
     assert pd.isna(ins.iloc[1]["target_step"])
 
@@ -204,39 +205,39 @@ def test_a_36000_step_run_stays_under_50k_points() -> None:
     ms = pd.DataFrame({"name": ["collect_wood"], "step": [100], "life": [0], "episode": ["ep_000003"]})
     lv = pd.DataFrame({"event": ["death", "respawn"], "life": [0, 1], "step": [9_000, 9_000],
                        "cause": ["zombie", None], "episode": ["ep_001000", None]})
-    bars = run_pages.timeline_bars(eps, 0, n_steps)
-    marks = run_pages.marks(ms, lv, turns, mw, 0, n_steps)
-    vit = run_pages.vitals_series(steps)
-    paths = run_pages.trajectories(steps)
+    bars = timeline_data.timeline_bars(eps, 0, n_steps)
+    marks = timeline_data.marks(ms, lv, turns, mw, 0, n_steps)
+    vit = timeline_data.vitals_series(steps)
+    paths = spatial_data.trajectories(steps)
     assert (bars["count"] > 1).any() and bars["count"].sum() == n_eps
     assert marks.groupby("kind")["count"].sum()["memory_write"] == n_eps
     layers = chart_layers(vega_charts.timeline_chart(chart_data.TimelineView(bars, marks, vit, 0, n_steps,
                                                                             "action_kind")))
     folded = [[t["fold"] for t in la.get("transform", []) if "fold" in t] for la in layers]
     points = sum(len(la["rows"]) * (len(f[0]) if f else 1) for la, f in zip(layers, folded))
-    assert points <= run_pages.MAX_POINTS, points
-    assert len(paths) <= run_pages.MAX_PATH_POINTS + steps["life"].nunique()
+    assert points <= timeline_data.MAX_POINTS, points
+    assert len(paths) <= spatial_data.MAX_PATH_POINTS + steps["life"].nunique()
     assert paths.groupby("life")["step"].max().tolist() == steps.groupby("life")["step"].max().tolist()
 
 
 def test_grid_views(root: Path) -> None:
     run = open_run(root / CRAFTER)
-    cells = run_pages.grid_cells(run.grid())
+    cells = spatial_data.grid_cells(run.grid())
     assert len(cells) and set(cells["kind"]) <= {"walked", "placed", "opened", "blocked", "hazard", "water"}
     assert not cells.duplicated(["x", "y"]).any()
-    walked = run_pages.grid_cells(run.grid(), kinds=["walked"])
+    walked = spatial_data.grid_cells(run.grid(), kinds=["walked"])
     assert set(walked["kind"]) == {"walked"}
-    early = run_pages.grid_cells(run.grid(), 0, 20)
+    early = spatial_data.grid_cells(run.grid(), 0, 20)
     assert early["last_step"].max() <= 20
     x, y = int(walked.iloc[0]["x"]), int(walked.iloc[0]["y"])
-    here = run_pages.episodes_at_cell(run, x, y)
+    here = spatial_data.episodes_at_cell(run, x, y)
     assert len(here) >= 1 and here["episode"].str.startswith("ep_").all()
-    frames = run_pages.frames_at_cell(run.steps(), x, y)
+    frames = spatial_data.frames_at_cell(run.steps(), x, y)
     assert len(frames) >= 1
-    assert run_pages.frame_for(run, step=int(frames.iloc[0]["step"])).shape == (64, 64, 3)
-    x0, y0, x1, y1 = run_pages.grid_extent(run.grid(), run.steps(), run.episodes())
+    assert lookups.frame_for(run, step=int(frames.iloc[0]["step"])).shape == (64, 64, 3)
+    x0, y0, x1, y1 = spatial_data.grid_extent(run.grid(), run.steps(), run.episodes())
     assert x0 <= cells["x"].min() and x1 >= cells["x"].max() and y0 <= cells["y"].min()
-    visits = run_pages.visits_per_cell([run, open_run(root / NESTED)])
+    visits = spatial_data.visits_per_cell([run, open_run(root / NESTED)])
     assert visits["runs"].max() >= 1
 
 
@@ -317,18 +318,18 @@ def test_grid_one_episode_per_cell_is_not_merged() -> None:
 
 def test_episode_detail_and_frames(root: Path) -> None:
     run = open_run(root / CRAFTER)
-    d = run_pages.episode_detail(run, "ep_000003")
+    d = lookups.episode_detail(run, "ep_000003")
     assert d.state and d.action and d.outcome
     assert len(d.steps) == d.row.frames
-    strip = run_pages.frame_strip(run, "ep_000003", max_frames=4)
+    strip = lookups.frame_strip(run, "ep_000003", max_frames=4)
     assert 1 <= len(strip) <= 4 and strip[0][0] == d.row.first_step + 1
-    assert run_pages.frame_for(run, step=0).shape == (64, 64, 3)
-    big = run_pages.upscale(strip[0][1], 256)
+    assert lookups.frame_for(run, step=0).shape == (64, 64, 3)
+    big = frame_images.upscale(strip[0][1], 256)
     assert big.shape == (256, 256, 3) and (big[:4, :4] == strip[0][1][0, 0]).all()
     a, b = strip[0][1], strip[-1][1]
-    w = run_pages.wipe(a, b, 0.5)
+    w = frame_images.wipe(a, b, 0.5)
     assert (w[:, :10] == a[:, :10]).all() and (w[:, 40:] == b[:, 40:]).all()
-    assert run_pages.difference_count(a, a) == 0
+    assert frame_images.difference_count(a, a) == 0
     panels = vega_charts.frames_panels([a, b], ["a", "b"], tiles=True, diffs=[(a, "d")], region=(0, 0, 21, 21))
     spec = chart_spec(panels)
     assert spec["resolve"]["scale"] == {"x": "shared", "y": "shared"} and spec["columns"] == 2
@@ -346,7 +347,7 @@ def test_frame_panels_show_each_pixel_on_hover_when_asked(root: Path) -> None:
     """With ``pixels``: a hover target per pixel of each frame (not of the differences),
     its position and colour those of the frame's array."""
     run = open_run(root / CRAFTER)
-    a, b = run_pages.frame_for(run, step=1), run_pages.frame_for(run, step=3)
+    a, b = lookups.frame_for(run, step=1), lookups.frame_for(run, step=3)
     panels = vega_charts.frames_panels([a, b], ["a", "b"], diffs=[(b, "d")], pixels=True)
     hover = [la for la in chart_layers(panels) if la["mark"]["type"] == "rect"]
     assert len(hover) == 2
@@ -359,12 +360,12 @@ def test_frame_panels_show_each_pixel_on_hover_when_asked(root: Path) -> None:
 
 def test_runs_overview_and_milestones(root: Path) -> None:
     runs = open_runs(root)
-    ov = run_pages.runs_overview(runs, root)
+    ov = runs_summary.runs_overview(runs, root)
     assert set(ov["key"]) == {CRAFTER, NESTED, SYNTHETIC, DAMAGED}
     row = ov[ov["key"] == DAMAGED].iloc[0]
     assert row["problems"] >= 3 and row["status"] == "finished"
     assert ov["milestones"].str.match(r"^\d+/\d+$").all()
-    ms = run_pages.milestone_steps(runs, root)
+    ms = runs_summary.milestone_steps(runs, root)
     assert set(ms.columns) == {"run", "method", "milestone", "order", "step"}
 
 
@@ -397,7 +398,7 @@ def test_an_index_row_pointing_outside_the_run_is_refused(tmp_path: Path) -> Non
     assert run.episode("ep_000002") is None
     assert [p.line for p in run.problems if "path must be a relative path" in p.message] == [3]
     with pytest.raises(FrameError):
-        run_pages.frame_for(run, episode="ep_000002")
+        lookups.frame_for(run, episode="ep_000002")
 
 
 def test_core_parsing() -> None:
@@ -436,7 +437,7 @@ def test_search_calls_of_every_shape_read_as_query_and_count() -> None:
          "result": {"exit": 0, "output_chars": 120}},
     ]
     turns = pd.DataFrame({"turn": [3], "life": [1], "first_step": [40], "calls": [_json.dumps(calls)]})
-    got = run_pages.tool_calls(turns, ("search",))
+    got = agent_calls.tool_calls(turns, ("search",))
     assert list(got["results"].astype(object).where(got["results"].notna(), None)) == [3, 1, None]
     first = got["text"].iloc[0]
     for words in ("'iron ore'", "tags milestone", "outcome done", "steps 10–99", "near (3.5, 4) within 12",
@@ -444,7 +445,7 @@ def test_search_calls_of_every_shape_read_as_query_and_count() -> None:
         assert words in first
     assert got["text"].iloc[1] == "grep /diamond|iron/ in logs.txt · since step 0"
     assert "python tools/episodes.py --near" in got["text"].iloc[2]
-    marks = run_pages.marks(pd.DataFrame(), pd.DataFrame(), turns, pd.DataFrame(), 0, 100)
+    marks = timeline_data.marks(pd.DataFrame(), pd.DataFrame(), turns, pd.DataFrame(), 0, 100)
     labels = list(marks.loc[marks["kind"] == "search", "label"])
     assert labels[0].endswith("→ 3 results") and labels[1].endswith("→ 1 result")
     assert labels[2].endswith("→ results not recorded")
@@ -465,7 +466,7 @@ def test_merged_timeline_bars_count_the_episodes_of_their_steps() -> None:
                          "kind": "episode" if action else "initial", "action_kind": action, "summary": "s",
                          "outcome": None})
             step += length + 1
-    bars = run_pages.timeline_bars(pd.DataFrame(rows), max_bars=12)
+    bars = timeline_data.timeline_bars(pd.DataFrame(rows), max_bars=12)
     assert len(bars) < len(rows) and bars["count"].sum() == len(rows)
     for bar in bars.itertuples():
         n, first, last, mix = re.fullmatch(r"(\d+) episodes, steps (\d+)–(\d+): (.*)", bar.label).groups()

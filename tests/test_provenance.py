@@ -221,7 +221,7 @@ def test_contradictions_known_by_construction(built) -> None:
     assert ap.memory_provenance(run, "mine/GUIDE.md", 15)["contradiction"].isna().sum() == len(
         ap.memory_provenance(run, "mine/GUIDE.md", 15)) - 1
     plan = pv.contradictions(run, "mine/working.md", 5)
-    text = [b_.text.rstrip("\n") for b_ in run.memory_blame("mine/working.md", 5)]
+    text = [b_.text.rstrip("\n") for b_ in pv.blame_as_of(run, "mine/working.md", 5)]
     hits = {text[i - 1]: (s, k) for i, s, k in zip(plan["line"], plan["contradicted_at"], plan["contradiction"])
             if isinstance(k, str)}
     assert hits == {"1. (10, 10) iron": (15, "abandoned")}

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import open_app as app, texts, use_root, vega_tables
 from loaders import open_run
-from loaders.run_pages import MAX_POINTS, model_calls, model_turns, timeline_marks
+from loaders.agent_calls import model_calls, model_turns
+from loaders.timeline_data import MAX_POINTS, timeline_marks
 from mfm.agent import RunConfig, Runner
 from scripted_llm import ScriptedModel, llm, serve
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, open_app, use_root, vega_tables
 from dashboard import theme, vega_charts
 from loaders import open_run
-from loaders import run_pages as rp
+from loaders import runs_summary
 
 SAMPLES = REPO / "sample_runs"
 MANIFESTS = {str(p.parent.relative_to(SAMPLES)): json.loads(p.read_text(encoding="utf-8"))
@@ -55,8 +55,8 @@ def test_the_runs_page_charts_recount_the_milestone_files(monkeypatch: pytest.Mo
 
 def _sample_charts() -> list:
     runs = [open_run(SAMPLES / k) for k, m in MANIFESTS.items() if m["task"] == "diamond"]
-    ov = rp.runs_overview(runs, SAMPLES)
-    ms = rp.milestone_steps(runs, SAMPLES)
+    ov = runs_summary.runs_overview(runs, SAMPLES)
+    ms = runs_summary.milestone_steps(runs, SAMPLES)
     order = list(MANIFESTS["diamond_mfm_s2"]["milestone_order"])
     return [vega_charts.reached_chart(ov).to_dict(), vega_charts.milestones_chart(ms, order).to_dict()]
 

@@ -22,7 +22,7 @@ from PIL import Image
 
 from loaders import analysis_pages as ap
 from loaders import open_run
-from loaders import run_pages as rp
+from loaders import agent_calls, lookups, runs_summary, timeline_data
 from mfm.memory.retrieval import FrameError
 
 from conftest import REPO
@@ -144,12 +144,12 @@ def test_there_are_sample_runs_with_respawns() -> None:
 def test_positions_follow_the_life(pair) -> None:
     raw, run = pair
     for e in raw.lives:
-        assert rp.position_at(run, e["step"], e["life"]) == (float(e["x"]), float(e["y"])), e
+        assert lookups.position_at(run, e["step"], e["life"]) == (float(e["x"]), float(e["y"])), e
     for t in raw.turns:
-        assert rp.position_at(run, t["first_step"], t["life"]) == raw.position(t["first_step"], t["life"]), t["turn"]
+        assert lookups.position_at(run, t["first_step"], t["life"]) == raw.position(t["first_step"], t["life"]), t["turn"]
     for s in raw.steps[::50]:
-        assert rp.position_at(run, s["step"]) == (float(s["x"]), float(s["y"]))
-        assert rp.step_row(run, s["step"], s["life"])["episode"] == s["episode"]
+        assert lookups.position_at(run, s["step"]) == (float(s["x"]), float(s["y"]))
+        assert lookups.step_row(run, s["step"], s["life"])["episode"] == s["episode"]
 
 
 def test_retarget_audit_puts_the_agent_in_the_turns_life(pair) -> None:
@@ -169,16 +169,16 @@ def test_frames_follow_the_life(pair) -> None:
         want = raw.frame(t["first_step"], t["life"])
         if want is None:
             with pytest.raises(FrameError):
-                rp.frame_at(run, t["first_step"], t["life"])
+                lookups.frame_at(run, t["first_step"], t["life"])
             with pytest.raises(FrameError):
-                rp.frame_for(run, step=t["first_step"], life=t["life"])
+                lookups.frame_for(run, step=t["first_step"], life=t["life"])
         else:
-            assert np.array_equal(rp.frame_at(run, t["first_step"], t["life"]), want), t["turn"]
+            assert np.array_equal(lookups.frame_at(run, t["first_step"], t["life"]), want), t["turn"]
             checked += 1
     for s in raw.steps[::97] + [s for s in raw.steps if any(e["step"] == s["step"] for e in raw.lives)]:
         want = raw.frame(s["step"], s["life"])
-        assert np.array_equal(rp.frame_at(run, s["step"], s["life"]), want)
-        assert np.array_equal(rp.frame_for(run, step=s["step"]), want)
+        assert np.array_equal(lookups.frame_at(run, s["step"], s["life"]), want)
+        assert np.array_equal(lookups.frame_for(run, step=s["step"]), want)
         checked += 1
     assert checked or not raw.steps
 
@@ -190,19 +190,19 @@ def test_end_observations_match_their_hash(pair) -> None:
             pixels = raw.strip_frame(ep, ep["frames"] - 1)
             digest = hashlib.blake2b(np.ascontiguousarray(pixels).tobytes(), digest_size=8).hexdigest()
             assert digest == ep["observation_hash"], ep["id"]
-            assert np.array_equal(rp.frame_for(run, episode=ep["id"]), pixels)
+            assert np.array_equal(lookups.frame_for(run, episode=ep["id"]), pixels)
 
 
 def test_search_marks_show_the_query_and_the_count(pair) -> None:
     raw, run = pair
     logged = [(t["turn"], c) for t in raw.turns for c in t["calls"] if c["tool"] == "search"]
-    calls = rp.tool_calls(run.turns(), ("search",))
+    calls = agent_calls.tool_calls(run.turns(), ("search",))
     assert len(calls) == len(logged)
     for (turn, c), row in zip(logged, calls.itertuples(index=False)):
         assert row.turn == turn
         assert row.results == len(c["result"]["ids"])
         assert row.text and all(str(v) in row.text for v in c["args"].values() if isinstance(v, (str, int)))
-    marks = rp.timeline_marks(run, max_per_kind=10 ** 6)
+    marks = timeline_data.timeline_marks(run, max_per_kind=10 ** 6)
     labels = list(marks.loc[marks["kind"] == "search", "label"])
     assert sorted(labels) == sorted(f"search {row.text} → {row.results} result{'' if row.results == 1 else 's'}"
                                     for row in calls.itertuples(index=False))
@@ -217,7 +217,7 @@ def test_search_marks_show_the_query_and_the_count(pair) -> None:
 def test_inspections_name_the_inspected_life(pair) -> None:
     raw, run = pair
     life = {ep["id"]: ep.get("life", 0) for ep in raw.index}
-    got = rp.inspections(run.turns(), run.episodes())
+    got = agent_calls.inspections(run.turns(), run.episodes())
     logged = [c["args"].get("episode") for t in raw.turns for c in t["calls"] if c["tool"] == "inspect"]
     assert list(got["episode"]) == logged
     assert [None if v is None or v is np.nan or str(v) == "<NA>" else int(v) for v in got["target_life"]] == \
@@ -261,13 +261,13 @@ def test_the_plan_shown_is_the_plan_followed(pair) -> None:
 
 def test_outcomes_deaths_and_milestones_come_from_the_files(pair) -> None:
     raw, run = pair
-    bars = rp.timeline_bars(run.episodes(), color_by="outcome", max_bars=10 ** 6)
+    bars = timeline_data.timeline_bars(run.episodes(), color_by="outcome", max_bars=10 ** 6)
     assert dict(zip(bars["episode"], bars["category"])) == {ep["id"]: ep.get("outcome") or "none" for ep in raw.index}
     deaths = [e for e in raw.lives if e["event"] == "death"]
-    marks = rp.timeline_marks(run, max_per_kind=10 ** 6)
+    marks = timeline_data.timeline_marks(run, max_per_kind=10 ** 6)
     dm = marks[marks["kind"] == "death"]
     assert sorted(zip(dm["step"], dm["life"])) == sorted((e["step"], e["life"]) for e in deaths)
-    ov = rp.runs_overview([run], run.path.parent).iloc[0]
+    ov = runs_summary.runs_overview([run], run.path.parent).iloc[0]
     assert ov["deaths"] == len(deaths) and ov["lives"] == 1 + sum(e["event"] == "respawn" for e in raw.lives)
     manifest = json.loads((raw.path / "run.json").read_text())
     assert ov["seed"] == manifest["seed"] and ov["budget"] == manifest["step_budget"]

@@ -100,7 +100,7 @@ def test_a_first_visit_finds_what_the_start_up_visits_built(tmp_path: Path, page
         assert list(made) == ["runs", *PAGES], m.group(0)
         assert "(" not in m.group("made"), f"a page showed an exception: {m.group(0)}"
         before = _entries(base)
-        for name in ("_live_runs", "chart_data.timeline", "pages/timeline.py", "run_pages.lives_of", "pages/grid.py",
+        for name in ("_live_runs", "chart_data.timeline", "pages/timeline.py", "lookups.lives_of", "pages/grid.py",
                      "build_graph"):
             assert _of(before, name) >= 1, (name, sorted(before))
         page.goto(url(base, "timeline", runs="diamond_direct_s2_2500steps"), wait_until="domcontentloaded")

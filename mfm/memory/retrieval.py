@@ -422,10 +422,11 @@ def crop_tiles(frame: np.ndarray, cols: tuple[int, int], rows: tuple[int, int], 
 
 
 def enlarge(frame: np.ndarray, factor: int) -> np.ndarray:
-    """Nearest-neighbour magnification, so pixel art stays crisp."""
-    if factor < 1:
-        raise ValueError("factor must be at least 1")
-    return np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1)
+    """Nearest-neighbour magnification by the integer ``factor`` (each pixel becomes a square), so
+    pixel art stays crisp. The one enlargement every view uses."""
+    if int(factor) != factor or factor < 1:
+        raise ValueError(f"factor must be a positive integer, not {factor!r}")
+    return np.repeat(np.repeat(np.asarray(frame), int(factor), axis=0), int(factor), axis=1)
 
 
 def compare(frames: Sequence[np.ndarray], gap: int = 2) -> np.ndarray:
