@@ -53,8 +53,8 @@ from mfm.memory import packed
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.packed import PACK
 from mfm.memory.retrieval import EpisodeRecord, FrameError
-from mfm.objectstore import (COLUMNS, ROOT_MANIFEST, StoreError, cache_root, filesystem, get_object, is_url,
-                             join, manifest_entry, normal_url, oversize, put_object, read_root_manifest,
+from mfm.objectstore import (COLUMNS, ROOT_MANIFEST, StoreError, cache_root, filesystem, folder_entries, get_object,
+                             is_url, join, manifest_entry, normal_url, oversize, put_object, read_root_manifest,
                              update_root_manifest, url_hash)
 from mfm.schema import CLOSED_STATUSES, FRAMES_PER_CHUNK, MANIFEST, TABLES, IndexRow, Problem, frame_chunk
 from mfm.validate import LAZY_TABLES, FileCheck, RunContents, TableRead
@@ -330,19 +330,6 @@ def _sync_files(fs, run_url_path: str, local: Path, infos: dict[str, dict], mark
     return failed
 
 
-def _list_run(fs, path: str) -> tuple[dict[str, dict], list[str]]:
-    """A run folder's files (relative path -> entry) and its sub-folders' names."""
-    fs.invalidate_cache(path)
-    files, dirs = {}, []
-    for e in fs.ls(path, detail=True):
-        name = e["name"].rstrip("/").rsplit("/", 1)[-1]
-        if e.get("type") == "directory":
-            dirs.append(name)
-        else:
-            files[name] = e
-    return files, dirs
-
-
 _listings: dict[str, tuple[float, dict[str, dict], list[str]]] = {}
 
 
@@ -507,7 +494,7 @@ def mirror_root(url: str, force: bool = False) -> Path:
             doc, etag = read_root_manifest(folder_url)
             if doc is not None and _manifest_fresh(mark, rel, doc):
                 return _use_manifest(rel, doc)
-        files, dirs = _list_run(fs, here)
+        files, dirs = folder_entries(fs, here)
         if "run.json" in files or "index.jsonl" in files:
             run_here(rel, files, dirs)
             return []
@@ -655,7 +642,7 @@ def sync_run(local: Path, force: bool = False, columns: bool = True, deferred: b
     clean_parts(local)
     try:
         listed = None if force else (_recent(path) or _entry_listing(local))
-        files, dirs = listed if listed is not None else _list_run(fs, path)
+        files, dirs = listed if listed is not None else folder_entries(fs, path)
         files = {n: i for n, i in files.items() if n not in (ROOT_MANIFEST,)}
         cols = _columns(fs, path, local, files.pop(COLUMNS, None), mark) if columns else None
         stamps = {n: _stamp(i) for n, i in files.items()}

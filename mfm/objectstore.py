@@ -263,8 +263,10 @@ def staging_dir(url: str) -> Path:
 
 def read_bytes(url: str) -> bytes | None:
     """An object's bytes, None if there is no such object; StoreError, before it is
-    downloaded, if it is larger than its kind's bound (:func:`oversize`, by its name)."""
+    downloaded, if it is larger than its kind's bound (:func:`oversize`, by its name). Asked
+    afresh: another process may have written it since this one listed its folder."""
     fs, path = filesystem(url)
+    fs.invalidate_cache(path)
     try:
         why = oversize(name_of(url), int(fs.size(path) or 0))
         if why is not None:
@@ -679,15 +681,20 @@ def list_folder(url: str) -> tuple[dict[str, dict], list[str]]:
     """One delimiter listing of a folder (a request per 1,000 entries): its objects (name ->
     listing entry, with ``size`` and ``ETag``) and its sub-folders' names; ({}, []) if empty."""
     fs, path = filesystem(url)
-    fs.invalidate_cache(path)
-    files, dirs = {}, []
     try:
-        found = fs.ls(path, detail=True)
+        return folder_entries(fs, path)
     except FileNotFoundError:
         return {}, []
     except OSError as e:
         raise StoreError(f"{url}: {e}") from None
-    for e in found:
+
+
+def folder_entries(fs: Any, path: str) -> tuple[dict[str, dict], list[str]]:
+    """A fresh listing of ``path`` on the file system ``fs``: its objects (name -> listing
+    entry) and its sub-folders' names. Raises what ``fs.ls`` raises."""
+    fs.invalidate_cache(path)
+    files, dirs = {}, []
+    for e in fs.ls(path, detail=True):
         name = e["name"].rstrip("/").rsplit("/", 1)[-1]
         if e.get("type") == "directory":
             dirs.append(name)

@@ -114,6 +114,13 @@ def screenshot(pg, path: Path, tall: int = 2000) -> None:
     pg.set_viewport_size({"width": 1440, "height": 1000})
 
 
+def checked_screenshot(pg, path: Path, tall: int = 2000) -> None:
+    """Once the page has settled and shows no Streamlit exception, a screenshot of its top ``tall`` pixels."""
+    settle(pg)
+    no_exception(pg)
+    screenshot(pg, path, tall)
+
+
 def query(pg) -> dict[str, str]:
     """The page's query parameters as the browser has them now (after history updates)."""
     return {k: v[-1] for k, v in parse_qs(urlparse(pg.evaluate("location.href")).query).items()}

@@ -3,7 +3,6 @@ Playwright + headless Chromium. Every fact looked for is read from the run's raw
 (json, PIL), not from the loaders. Screenshots go to /tmp/audit_shots/."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterator
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from dash_browser import (dashboard, image_with_caption, needs_browser, no_exception, query, screenshot, see, settle,
+from dash_browser import (checked_screenshot, dashboard, image_with_caption, needs_browser, query, see, settle,
                           url)
 from raw import action_of, collect_failure, crowded_turn, found_at_target, jsonl, respawn_turn, stored_frame
 from raw_whole import strip_steps
@@ -45,9 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def shot(pg, name: str, tall: int = 2400) -> None:
     """No Streamlit exception on the page, then a screenshot of its top ``tall`` pixels."""
-    settle(pg)
-    no_exception(pg)
-    screenshot(pg, SHOTS / f"{name}.png", tall)
+    checked_screenshot(pg, SHOTS / f"{name}.png", tall)
 
 
 def table_rows(pg) -> list[list[str]]:

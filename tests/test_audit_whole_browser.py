@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from dash_browser import (dashboard, image_with_caption, needs_browser, no_exception, query, screenshot, see, settle,
-                          url)
+from dash_browser import (checked_screenshot, dashboard, image_with_caption, needs_browser, no_exception, query, see,
+                          settle, url)
 from raw import jsonl, stored_frame
 from raw_whole import death_with_causes_before, inspected_episodes, shown_step, strip_steps, target_of, trace
 
@@ -35,9 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def shot(pg, name: str, tall: int = 2400) -> None:
-    settle(pg)
-    no_exception(pg)
-    screenshot(pg, SHOTS / f"{name}.png", tall)
+    checked_screenshot(pg, SHOTS / f"{name}.png", tall)
 
 
 def shot_at(pg, text: str, name: str, tall: int = 1500) -> None:

@@ -17,7 +17,8 @@ from typing import Iterator
 import pytest
 
 from conftest import REPO
-from dash_browser import dashboard, image_with_caption, needs_browser, no_exception, query, screenshot, see, settle, url
+from dash_browser import (checked_screenshot, dashboard, image_with_caption, needs_browser, no_exception, query, see,
+                          settle, url)
 from raw import jsonl, shrink, stored_frame
 from raw_whole import episode_playing, memory_as_of, trace, turn_taking, turns_mentioning
 
@@ -42,9 +43,7 @@ def server(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
 
 
 def shot(pg, name: str, tall: int = 1600) -> None:
-    settle(pg)
-    no_exception(pg)
-    screenshot(pg, SHOTS / f"{name}.png", tall)
+    checked_screenshot(pg, SHOTS / f"{name}.png", tall)
 
 
 def nav(pg, title: str) -> None:
