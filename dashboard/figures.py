@@ -618,8 +618,13 @@ def _fit_legends(spec: dict, size: PrintSize) -> None:
 
 
 def _svg_size(svg: str) -> tuple[float, float]:
-    m = re.search(r'<svg[^>]*?width="([\d.]+)" height="([\d.]+)"', svg)
-    return float(m.group(1)), float(m.group(2))
+    """The drawn width and height; ValueError when Vega gave none it could lay out (a chart with no
+    data to scale, say), instead of fitting an infinite figure."""
+    m = re.search(r'<svg[^>]*?width="([^"]+)" height="([^"]+)"', svg)
+    w, h = (float(m.group(1)), float(m.group(2))) if m else (math.inf, math.inf)
+    if not (0 < w < 1e6 and 0 < h < 1e6):
+        raise ValueError("the chart has no size Vega could lay out (has it any data to draw?)")
+    return w, h
 
 
 def _set_size(svg: str, width: float, height: float) -> str:

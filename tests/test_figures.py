@@ -170,3 +170,10 @@ def test_pages_draw_one_chart_per_task(monkeypatch: pytest.MonkeyPatch, page: st
     for methods in drawn:
         assert methods and len({tasks[k] for k in keys
                                 if _run_json(str(REPO / "sample_runs" / k))["method"] in methods}) == 1
+
+
+def test_a_figure_with_nothing_to_draw_says_so_rather_than_fitting_forever(tmp_path: Path) -> None:
+    """Vega lays out a chart without data at an infinite size; saving it is refused with a reason."""
+    with pytest.raises(ValueError, match="any data to draw"):
+        figures.save(figures.progress_figure([]), tmp_path, "single")
+    assert list(tmp_path.iterdir()) == []

@@ -242,9 +242,12 @@ def test_paper_notebook(executed):
     assert reach[0] == ["method", "tool", "episodes", "median", "p90", "max", "over_1000"]
     for tag in ("progress-figure", "retarget-figure", "steps-per-turn-figure"):
         assert png_of(nb, tag).shape[1] > 200, tag
-    plotly = [o["data"]["application/vnd.plotly.v1+json"] for o in outputs(nb, "progress-interactive")
-              if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert plotly, "the interactive chart of the same data is shown"
+    shown = [o["data"] for o in outputs(nb, "progress-interactive") if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert shown, "the interactive chart of the same data is shown"
+    plotly = [d["application/vnd.plotly.v1+json"] for d in shown]
+    still = np.asarray(Image.open(io.BytesIO(base64.b64decode(shown[0]["image/png"]))))
+    assert still.shape[1] > 200 and len(np.unique(still.reshape(-1, still.shape[-1]), axis=0)) > 4, \
+        "a still image of the same chart beside it, for viewers without Plotly"
     lines = {t["name"].split(" (")[0] for t in plotly[0]["data"] if t.get("mode") == "lines"}
     assert lines == {m["method"] for m in manifests}
     widths = {"progress": "double", "retargeting": "single", "steps_per_turn": "double"}
