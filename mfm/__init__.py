@@ -5,7 +5,7 @@ writes)::
 
     import mfm
     path = mfm.play(mfm.RunConfig(task="diamond", method="mfm", seed=0, steps=500, out="runs/x"))
-    mfm.validate(path).problems        # what is wrong with its files, file:line each
+    mfm.validate_run(path).problems    # what is wrong with its files, file:line each
 
 Names are imported on first use, so ``import mfm`` stays cheap and the package's root imports
 none of its layers (the layers of ``.importlinter`` import ``mfm`` for its version).
@@ -21,18 +21,23 @@ __version__ = "0.1.0"
 _LAZY = {
     "RunConfig": "mfm.agent.config",
     "SCHEMA_VERSION": "mfm.schema",
-    "validate": "mfm.validate",
 }
 """Public names and the module each comes from."""
 
-__all__ = ["__version__", "play", *_LAZY]
+__all__ = ["__version__", "play", "validate_run", *_LAZY]
+
 
 def play(config: Any, progress: bool = False) -> Path:
     """Play one run (a :class:`mfm.agent.config.RunConfig`) as ``mfm run`` does and return its
     folder (``config.out``); the run's ``run.json`` says how it ended."""
-    from mfm.agent.runner import Runner
+    return import_module("mfm.agent.runner").Runner(config, progress=progress).run()
 
-    return Runner(config, progress=progress).run()
+
+def validate_run(path: str | Path, frames: bool = False) -> Any:
+    """``mfm validate`` as a function: every record and every problem of the run at ``path``
+    (``.problems``, each with file and line); ``frames`` decodes every stored frame too. (Not
+    ``mfm.validate``: that name is the module.)"""
+    return import_module("mfm.validate").validate(Path(path), frames=frames)
 
 
 def __getattr__(name: str) -> Any:
