@@ -35,7 +35,9 @@ area repainting:
    page);
 4. the main area has stopped repainting: a change to a grid canvas's size, to a Vega
    chart's SVG (its marks redrawn, e.g. when its data arrive after the first empty
-   render) or an image's ``load`` restarts the quiet window.
+   render) or an image's ``load`` restarts the quiet window. What Glide writes *inside* a
+   grid canvas (its accessibility table, fallback content that is never painted, ~300 ms
+   after the grid is drawn) is not a repaint and does not count.
 
 The time reported is that frame's time minus the action's: the navigation start for a
 page opened by its URL (``performance.timeOrigin``: request, HTML, scripts, the websocket,
@@ -139,7 +141,7 @@ WATCH = """
     for (const c of changes) {
       const t = c.target.nodeType === 1 ? c.target : c.target.parentElement;
       if (!t || !t.closest) continue;
-      if (t.matches('canvas[data-testid="data-grid-canvas"]')) m.table = now;
+      if (c.type === 'attributes' && t.matches('canvas[data-testid="data-grid-canvas"]')) m.table = now;
       else if (t.closest('[data-testid="stVegaLiteChart"] svg.marks')) m.chart = now;
     }
   }).observe(document, {subtree: true, childList: true, attributes: true,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dashboard.safe_text import clip
 from loaders.formats import detect
-from loaders.remote import mirror_root
+from loaders.remote.listing import mirror_root
 from mfm.objectstore import is_url
 from mfm.boundary import UnsafePath, inside
 from mfm.schema import EPISODE_ID, INHERITED

@@ -18,7 +18,6 @@ import html
 import json
 import math
 import re
-import weakref
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -36,7 +35,7 @@ from loaders import chart_data, echo, paper_size, paper_tables
 from loaders import provenance
 from loaders import lookups
 from loaders.escape import csv_frame, encodable, file_segment, latex_label, latex_text
-from loaders.remote import run_identity
+from loaders.remote.mirror import run_identity
 from loaders.run import Run, find_runs, local_path, open_run
 from mfm import progress as counting
 
@@ -441,15 +440,13 @@ def _range(runs: list[tuple[str, Run]]) -> tuple[int, int] | None:
     return (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else None
 
 
-_hashes: "weakref.WeakKeyDictionary[Run, tuple[tuple, str]]" = weakref.WeakKeyDictionary()
-
-
 def content_hash(run: Run) -> str:
     """SHA-256 over the run's manifest and tables (frames excluded), in a fixed file order;
-    computed once per run and file signature (every figure of a run names it)."""
-    hit = _hashes.get(run)
-    if hit is not None and hit[0] == run.signature:
-        return hit[1]
+    computed once per version of the run (``Run.derived``: every figure of a run names it)."""
+    return run.derived("content-hash", _content_hash)
+
+
+def _content_hash(run: Run) -> str:
     h = hashlib.sha256()
     for name in HASHED:
         p = run.path / name
@@ -458,8 +455,7 @@ def content_hash(run: Run) -> str:
             with open(p, "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
-    _hashes[run] = (run.signature, h.hexdigest())
-    return _hashes[run][1]
+    return h.hexdigest()
 
 
 def package_version() -> str:
@@ -645,7 +641,10 @@ def fit(fig: Figure) -> str:
     and notes included: the plot's width (and height) set, the figure rendered and measured,
     and corrected until its drawing lies within 1 bp of the size; the canvas then set to the
     size exactly. A legend that leaves the plot no room gets one column fewer and the fit is
-    tried again. Raises :class:`FigureTooWide` when nothing helps."""
+    tried again. Raises :class:`FigureTooWide` when nothing helps, and ValueError for a figure
+    whose table is empty (nothing to draw)."""
+    if fig.data is not None and fig.data.empty:
+        raise ValueError(f"{fig.name}: the figure's table is empty: it has not any data to draw")
     spec = fig.chart.to_dict()
     _fit_legends(spec, fig.size)
     while True:
@@ -771,7 +770,7 @@ def file_stem(key: str) -> str:
 def _expand(paths: Sequence[str | Path]) -> list[tuple[str, Run]]:
     """Runs named by run folders or runs roots, keyed as the dashboard keys them under that
     root (a run folder given directly: its name); made unique. A run named twice, however
-    spelled (``loaders.remote.run_identity``), is opened once, under its first key."""
+    spelled (``loaders.remote.mirror.run_identity``), is opened once, under its first key."""
     out: dict[str, Run] = {}
     seen: set[str] = set()
     for p in map(local_path, paths):

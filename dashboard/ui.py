@@ -1,4 +1,5 @@
-"""Streamlit glue shared by the pages: the runs root, URL state, cached loading, the sidebar.
+"""Streamlit glue shared by the pages: the runs root, URL state, the run registry, the sidebar.
+The cached views the pages draw are declared in ``dashboard.views``.
 
 Every piece of view state (selected runs, focused run, episode, step, frames, cell, ...)
 lives in the URL query string, so any view is a shareable deep link. Values are also kept
@@ -9,36 +10,36 @@ Run data and URL values reach Markdown-rendering elements only through :func:`md
 """
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence
 
-import numpy as np
-import pandas as pd
 import streamlit as st
 
 from dashboard import safe_text
-from dashboard.core import PAGES_DIR, copy_key, live_caption, param_problem, resolve_run_key, run_key, \
-    runs_root, split_list, status_changes
+from dashboard.core import (
+    PAGES_DIR,
+    copy_key,
+    live_caption,
+    param_problem,
+    resolve_run_key,
+    run_key,
+    runs_root,
+    split_list,
+    status_changes,
+)
 from dashboard.theme import STATUS_LABELS
-from loaders import chart_data
-from loaders import agent_calls, lookups, runs_summary
 from loaders import cursor as cursor_mod
+from loaders import lookups, runs_summary
 from loaders import notes as notes_mod
 from loaders.cursor import Cursor
 from loaders.inherited import inherited_from, locate
-from loaders.live import LiveRuns, needs_refresh, watch_key
-from loaders.remote import mirrored_url
-from loaders.run import Run, find_runs
+from loaders.live import needs_refresh, watch_key
+from loaders.remote.mirror import mirrored_url
+from loaders.run import Run, find_runs, open_run
 from mfm.boundary import UnsafePath
-from mfm.memory.retrieval import frame_hash
-
-T = TypeVar("T")
-Runs = Run | Sequence[tuple[str, Run]]
-"""What :func:`cached` keys on: one run, or ``(key, run)`` pairs."""
 
 STICKY = "_mfm_sticky"
 LISTED = 3000
@@ -260,15 +261,11 @@ def goes_to(key: str, param: str) -> dict[str, Any]:
     return {"key": key, "on_change": lambda: set_qp(**{param: st.session_state[key]})}
 
 
-@st.cache_resource(show_spinner=False)
-def _live_runs() -> LiveRuns:
-    return LiveRuns()
-
-
 def get_run(path: Path) -> Run:
-    """A run as it is on disk now: re-read when its files change, and for a run being
-    written only the tables whose file changed are parsed again (``loaders.live``)."""
-    return _live_runs().get(path)
+    """A run as it is on disk now (the registry of runs, ``loaders.registry``): re-read when
+    its files change, and for a run being written only the tables whose file changed are
+    parsed again (``loaders.live``)."""
+    return open_run(path)
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -392,86 +389,6 @@ def episode_frames_ref(key: str, run: Run, ep: str) -> str | None:
     if ref.holder is None:
         return None
     return f"{copy_key(key)}:{ref.local_id}" if ref.inherited else f"{key}:{ep}"
-
-
-def _runs_key(runs: Runs) -> tuple:
-    """The part of a cache key that changes whenever the runs are written."""
-    if isinstance(runs, Run):
-        return str(runs.path), runs.signature
-    return tuple((k, str(r.path), r.signature) for k, r in runs)
-
-
-def cached(fn: Callable[..., T], max_entries: int = 64, shared: bool = False) -> Callable[..., T]:
-    """``fn(runs, *args, **kwargs)`` cached (``st.cache_data``) on the run's signature
-    (``Run.signature``; for ``(key, run)`` pairs, every key, path and signature) plus the
-    other arguments, which Streamlit must be able to hash. ``st.cache_data.clear()`` clears it.
-
-    ``shared``: keep the value itself (``st.cache_resource``, cleared by
-    ``st.cache_resource.clear()``) instead of a copy per call, for values that are only read
-    and costly to copy, such as a built chart (unpickling one validates it again).
-
-    Streamlit names a cache by its function's qualified name and source, so the inner function
-    is renamed after ``fn`` (and where it is defined) to give every wrapped function its own."""
-    def call(key: tuple, args: tuple, kwargs: tuple, _runs: Runs) -> T:
-        return fn(_runs, *args, **dict(kwargs))
-
-    code = getattr(fn, "__code__", None)
-    where = f"{code.co_filename}:{code.co_firstlineno}" if code else ""
-    call.__qualname__ = f"cached[{fn.__module__}.{fn.__qualname__}@{where}]"
-    memo = (st.cache_resource if shared else st.cache_data)(max_entries=max_entries, show_spinner=False)(call)
-
-    @functools.wraps(fn)
-    def wrapper(runs: Runs, *args: Any, **kwargs: Any) -> T:
-        return memo(_runs_key(runs), args, tuple(sorted(kwargs.items())), runs)
-
-    return wrapper
-
-
-def _content_key(v: Any) -> Any:
-    """A hashable stand-in for ``v``: numpy arrays by shape, type and a hash of every byte
-    (Streamlit's own hash samples arrays of 500,000 values or more, so two large frames that
-    differ in a few pixels could share an entry), lists and tuples item by item."""
-    if isinstance(v, np.ndarray):
-        return "ndarray", v.shape, str(v.dtype), frame_hash(v)
-    if isinstance(v, (list, tuple)):
-        return tuple(_content_key(x) for x in v)
-    if isinstance(v, dict):
-        return tuple(sorted((k, _content_key(x)) for k, x in v.items()))
-    return v
-
-
-def kept(fn: Callable[..., T], max_entries: int = 32) -> Callable[..., T]:
-    """``fn(*args, **kwargs)`` kept (``st.cache_resource``: the value itself, for values only
-    read, such as a built chart) per the arguments' content (:func:`_content_key`); for
-    values made from arrays rather than from a run (:func:`cached`)."""
-    def call(key: tuple, _args: tuple, _kwargs: dict) -> T:
-        return fn(*_args, **_kwargs)
-
-    call.__qualname__ = f"kept[{fn.__module__}.{fn.__qualname__}]"
-    memo = st.cache_resource(max_entries=max_entries, show_spinner=False)(call)
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        return memo(_content_key((args, kwargs)), args, kwargs)
-
-    return wrapper
-
-
-frame: Callable[..., np.ndarray] = cached(lookups.frame_for, max_entries=2048)
-"""``frame(run, step=None, episode=None)``: a frame (cached); raises FrameError or UnsafePath."""
-
-
-def episode_frame(run: Run, episode: str, step: int | None = None, life: int | None = None) -> np.ndarray:
-    """A frame of an episode ``run`` names (:func:`frame`): of env ``step``, else its end
-    observation; an inherited episode's from the copy of its run (``lookups.frame_holder``)."""
-    holder, s, ep, lf = lookups.frame_holder(run, episode, step, life)
-    return frame(holder, step=s, episode=ep, life=lf)
-
-
-timeline: Callable[..., chart_data.TimelineView] = cached(chart_data.timeline)
-"""``timeline(run, lo, hi, color_by)``: the timeline's data (cached)."""
-inspections: Callable[[Run], pd.DataFrame] = cached(agent_calls.run_inspections)
-"""The frame inspections of a run (cached; :func:`loaders.agent_calls.run_inspections`)."""
 
 
 def show_problems(key: str, run: Run) -> None:

@@ -157,17 +157,31 @@ def band_chart(series: SeedBands, data: Callable[[pd.DataFrame], Any] = lambda d
     lines = bands.dropna(subset=["mean"])
     x = alt.X("step:Q", title=series.x_title, axis=alt.Axis(tickMinStep=1))
     y = alt.Y("mean:Q", title=series.y_title)
-    line = alt.Chart(data(lines)).mark_line(strokeWidth=2 if screen else 1.2).encode(
+    widths = stacked_widths(len(labels), 1.5 if screen else 0.9)
+    drawn = [alt.Chart(data(lines[lines["label"] == label])).mark_line(strokeWidth=w).encode(
         x=x, y=y, color=alt.Color("label:N", scale=color, legend=legend),
         strokeDash=alt.StrokeDash("label:N", scale=dash, legend=legend))
+        for label, w in zip(labels, widths)] or [alt.Chart(data(lines)).mark_line().encode(x=x, y=y)]
     if not screen:
-        return alt.layer(*layers, line).properties(title=note(series.note))
+        return alt.layer(*layers, *drawn).properties(title=note(series.note))
     zoom = alt.selection_interval(bind="scales", encodings=["x"], zoom="wheel![event.shiftKey]")
     hover = alt.Chart(data(lines)).mark_point(size=60, opacity=0).encode(
         x=x, y=y, tooltip=[alt.Tooltip("method:N"), alt.Tooltip("step:Q", title=series.x_title),
                            alt.Tooltip("mean:Q", title=series.y_title, format=".2f")])
-    return alt.layer(*layers, line.add_params(zoom), hover).properties(
+    drawn[0] = drawn[0].add_params(zoom)
+    return alt.layer(*layers, *drawn, hover).properties(
         title=note(series.note, 12), height=SCREEN_HEIGHT, autosize=FIT_WIDTH)
+
+
+WIDTH_STEP = 0.5
+"""How much wider each method's line is than the next one's, as a share of the narrowest."""
+
+
+def stacked_widths(n: int, narrowest: float) -> list[float]:
+    """Line widths for ``n`` methods drawn in order, widest first: where two methods share a
+    value (two runs at 9 milestones), the later, narrower line lies inside the earlier one and
+    both colours stay visible, where one line of equal width would hide the other."""
+    return [round(narrowest * (1 + WIDTH_STEP * (n - 1 - i)), 2) for i in range(n)]
 
 
 LABEL_GAP = 2.0

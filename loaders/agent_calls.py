@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import pandas as pd
@@ -206,6 +207,46 @@ def run_inspections(run: Run) -> pd.DataFrame:
     copy = copy_of(run)
     return inspections(run.turns(), run.episodes(), copy.episodes() if copy is not None else None,
                        origin(run) if copy is not None else None)
+
+
+@dataclass(frozen=True)
+class InspectedFrame:
+    """The frame an inspection retrieved: of the run's own episode ``episode``, or (``inherited``)
+    of the episode with that id in the copy of the run whose memory it inherited; at env
+    ``step`` of that run, or its end observation when ``step`` is None."""
+
+    inherited: bool
+    episode: str
+    step: int | None
+
+
+def inspected_frame(row: pd.Series | dict) -> InspectedFrame:
+    """Where the frame a row of :func:`inspections` retrieved is read: an ``inherited:``
+    episode under its own id in the copy of its run, at its ``target_step`` when the
+    inspection opened a step, else the episode's end observation."""
+    target = row["target_step"]
+    step = None if target is None or pd.isna(target) else int(target)
+    if bool(row["inherited"]):
+        return InspectedFrame(True, inherited_id(row["episode"]) or str(row["episode"]), step)
+    return InspectedFrame(False, str(row["episode"]), step)
+
+
+def inspection_between(ins: pd.DataFrame, retrieved_step: int | None, retrieved_episode: str | None,
+                       seen_step: int | None) -> pd.Series | None:
+    """The first inspection of :func:`inspections` ``ins`` (of one run, not inherited) that
+    compared these two frames of that run: the agent looked at step ``seen_step`` and retrieved
+    the frame of step ``retrieved_step`` (an inspection that opened a step), or the end
+    observation of ``retrieved_episode`` (one that opened an end observation). None when no
+    inspection did."""
+    if seen_step is None or not len(ins):
+        return None
+    for _, row in ins[(ins["step"] == seen_step) & ~ins["inherited"].astype(bool)].iterrows():
+        target = row["target_step"]
+        hit = retrieved_step == int(target) if not pd.isna(target) else (
+            retrieved_step is None and retrieved_episode == row["episode"])
+        if hit:
+            return row
+    return None
 
 
 def _num(v: Any) -> float | None:

@@ -17,7 +17,7 @@ import pandas as pd
 from loaders import paper_measures, paper_tables, provenance
 from loaders.inherited import is_inherited, locate
 from loaders.paper_measures import RADIUS, Retargeting
-from loaders.remote import run_identity
+from loaders.remote.mirror import run_identity
 from loaders.run import Run
 from loaders.agent_calls import search_hits, search_text
 from loaders.lookups import position_at
@@ -37,7 +37,7 @@ def seed_of(run: Run) -> int | None:
 
 def distinct(runs: Sequence[tuple[str, Run]]) -> list[tuple[str, Run]]:
     """``runs`` with each run once (its first entry), however often and under whatever keys
-    it was named (``loaders.remote.run_identity``): no statistic counts a run twice."""
+    it was named (``loaders.remote.mirror.run_identity``): no statistic counts a run twice."""
     seen: dict[str, tuple[str, Run]] = {}
     for key, run in runs:
         seen.setdefault(run_identity(run.path), (key, run))
@@ -177,6 +177,26 @@ def retarget_audit(run: Run, turn: int, radius: float = RADIUS) -> RetargetAudit
         near, d = _near(g, [by_id[e] for e in looked], radius)
         out.targets.append({**g, "near": near, "nearest": None if math.isnan(d) else round(d, 1)})
     return out
+
+
+def searches_table(searches: list[dict]) -> pd.DataFrame:
+    """A retarget turn's searches (:attr:`RetargetAudit.searches`) as the Retargeting page
+    lists them: the query in words, how many episodes it returned and their ids."""
+    return pd.DataFrame([{"query": str(s["query"]), "returned": len(s["returned"]), "ids": ", ".join(s["returned"])}
+                         for s in searches], columns=["query", "returned", "ids"])
+
+
+def plan_table(plan: Sequence[dict]) -> pd.DataFrame:
+    """A plan (``TurnRow.plan_before`` / ``plan_after``) as a table: ``label, x, y``."""
+    return pd.DataFrame(list(plan), columns=["label", "x", "y"])
+
+
+def map_labels_table(groups: Sequence[tuple[float, float, Sequence[str]]]) -> pd.DataFrame:
+    """What each numbered marker of the retarget map stands for: ``#``, the inspected episodes
+    it groups, and where it sits (``groups`` as ``dashboard.vega_charts.inspected_groups``
+    makes them: ``(x, y, episode ids)``)."""
+    return pd.DataFrame({"#": range(1, len(groups) + 1), "episodes": [", ".join(g[2]) for g in groups],
+                         "x": [g[0] for g in groups], "y": [g[1] for g in groups]})
 
 
 def steps_per_turn(run: Run, window: int = 25) -> pd.DataFrame:

@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import os
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ import pyarrow as pa
 import mfm.validate as core
 from loaders import fastread, tablecache
 from mfm.memory.packed import PACK
-from mfm.schema import CLOSED_STATUSES, TABLES, Problem, check_regular, read_manifest
-from mfm.validate import EpisodeRef, FileCheck, RunContents, TableRead, read_one_table
+from mfm.schema import CLOSED_STATUSES, TABLES, Problem, RunManifest, read_manifest
+from mfm.run_reader import RunContents, TableRead, read_one_table
+from mfm.validate import EpisodeRef, FileCheck
 
 FAST_TABLES = {"index.jsonl": (None, "id"), "steps.jsonl": ("step", None), "grid.jsonl": (None, None),
                "turns.jsonl": (None, None)}
@@ -43,6 +45,11 @@ class LazyRecords(Sequence):
 
     def __len__(self) -> int:
         return len(self.df)
+
+    @property
+    def built(self) -> bool:
+        """Whether the records of every row have been built (and so are held beside the columns)."""
+        return self._rows is not None
 
     def _make(self, df: pd.DataFrame) -> list:
         """The records of ``df``'s rows, built a column at a time (the fields in order)."""
@@ -114,21 +121,24 @@ def read_one_table_fast(path: Path, name: str) -> TableRead:
 def _read_one(path: Path, name: str) -> tuple[TableRead, pa.Table | None]:
     """:func:`read_one_table_fast`, and the Arrow table behind the columns (fast path only)."""
     rtype = TABLES[name]
-    t = fastread.read_arrow(path, rtype, *FAST_TABLES[name]) if name in FAST_TABLES and _regular(path) else None
+    t = fastread.read_arrow(path, rtype, *FAST_TABLES[name]) if name in FAST_TABLES and _worth_fast(path) else None
     if t is not None:
         df = t.to_pandas()
         return TableRead(LazyRecords(df, rtype), range(1, len(df) + 1), (), df), t
     return read_one_table(path, name), None
 
 
-def _regular(path: Path) -> bool:
-    """Whether ``path`` is a regular file (a FIFO or device is left to the tolerant reader,
-    which reports it without opening it)."""
+def _worth_fast(path: Path) -> bool:
+    """Whether the fast path may read ``path``: a regular file (a FIFO, device or link is left
+    to the tolerant reader, which reports it without opening it) of at least
+    ``fastread.MIN_BYTES`` (the fast path refuses smaller files; reading one's bytes first
+    would open the file twice, once here and once by the tolerant reader). One ``lstat``,
+    before anything is opened."""
     try:
-        check_regular(path, path.name)
+        st = os.lstat(path)
     except OSError:
         return False
-    return True
+    return stat.S_ISREG(st.st_mode) and st.st_size >= fastread.MIN_BYTES
 
 
 CACHE_MIN_BYTES = 16 * 1024
@@ -260,18 +270,20 @@ class CachedFileCheck(FileCheck):
 
 
 def validate(run_dir: Path, frames: bool = False, cache: bool = False, final: bool = False,
-             lazy: bool = False) -> RunContents:
+             lazy: bool = False, manifest: tuple[RunManifest | None, list[Problem]] | None = None) -> RunContents:
     """:func:`mfm.validate.validate` with the fast path: the same problems, records and line
     numbers, large clean tables kept as columns (``RunContents.columns``). ``cache``: serve
     unchanged tables and file checks from ``loaders.tablecache`` (the loaders do; ``mfm
     validate`` does not: it reads and stats everything, every time). ``final`` (with
     ``cache``): the run's writer is done, cache files modified just now too
-    (:func:`fill_closed_run`). ``lazy``: leave out ``mfm.validate.LAZY_TABLES`` (the loaders
-    read them when asked, through :func:`read_one_table_cached`)."""
+    (:func:`fill_closed_run`). ``lazy``: leave out ``mfm.run_reader.LAZY_TABLES`` (the loaders
+    read them when asked, through :func:`read_one_table_cached`). ``manifest``: ``run.json``
+    as the caller already read it for this version of the run (``mfm.schema.read_manifest``),
+    so that it is not read again."""
     if not cache:
-        return core.validate(run_dir, frames, read=read_one_table_fast, files=FileCheck, lazy=lazy)
+        return core.validate(run_dir, frames, read=read_one_table_fast, files=FileCheck, lazy=lazy, manifest=manifest)
     return core.validate(run_dir, frames, read=functools.partial(read_one_table_cached, final=final),
-                         files=functools.partial(CachedFileCheck, final=final), lazy=lazy)
+                         files=functools.partial(CachedFileCheck, final=final), lazy=lazy, manifest=manifest)
 
 
 def fill_closed_run(run_dir: str | Path) -> bool:

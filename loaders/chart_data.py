@@ -12,6 +12,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -19,7 +20,7 @@ import pandas as pd
 
 from loaders import analysis_pages as ap
 from loaders import provenance
-from loaders import lookups, spatial_data, timeline_data
+from loaders import lookups, paper_measures, runs_summary, spatial_data, timeline_data
 from loaders.run import Run
 
 RunList = Sequence[tuple[str, Run]]
@@ -178,6 +179,21 @@ class TimelineView:
         return timeline_data.vital_changes(self.vitals)
 
 
+def episode_marks(marks: pd.DataFrame, first_step: int, last_step: int, life: int) -> pd.DataFrame:
+    """The marks (:attr:`TimelineView.marks`) that belong to one episode of ``life`` spanning
+    steps ``first_step``–``last_step``: the marks made while deciding the turn that started it
+    (:data:`loaders.timeline_data.DECISION_KINDS`, stamped with the step the agent stood at,
+    ``first_step`` up to ``last_step - 1``) and the others made by its steps (``first_step + 1``
+    up to ``last_step``). Rows in the order of ``marks``."""
+    if not len(marks):
+        return marks
+    step = marks["step"]
+    decision = marks["kind"].isin(timeline_data.DECISION_KINDS)
+    during = (step > first_step) & (step <= last_step)
+    before = (step >= first_step) & (step < last_step)
+    return marks[(marks["life"] == life) & ((decision & before) | (~decision & during))]
+
+
 def clip_range(run: Run, lo: int | None, hi: int | None) -> tuple[int, int]:
     """``lo``–``hi`` within the run's step range (None: the run's first or last step)."""
     first, last = lookups.step_bounds(run)
@@ -254,8 +270,9 @@ def grid(run: Run, lo: int | None = None, hi: int | None = None, kinds: Sequence
     extent = spatial_data.grid_extent(rows, steps, eps)
     cells = spatial_data.grid_cells(rows, lo, hi, kinds)
     path = spatial_data.trajectories(steps, lo, hi) if paths else pd.DataFrame(columns=PATH_COLUMNS)
-    pos = eps[(eps["last_step"] >= lo) & (eps["first_step"] <= hi) & eps["x"].notna() & eps["y"].notna()][
-        POSITION_COLUMNS] if positions and len(eps) else pd.DataFrame(columns=POSITION_COLUMNS)
+    near = timeline_data.episodes_in_range(eps, lo, hi)
+    pos = near[near["x"].notna() & near["y"].notna()][POSITION_COLUMNS] if positions and len(eps) \
+        else pd.DataFrame(columns=POSITION_COLUMNS)
     deaths = lv[(lv["event"] == "death") & (lv["step"] >= lo) & (lv["step"] <= hi) & lv["x"].notna()][
         DEATH_COLUMNS] if len(lv) else pd.DataFrame(columns=DEATH_COLUMNS)
     per_cell = merge_positions(pos)
@@ -301,6 +318,26 @@ def retarget_rates(runs: RunList, table: pd.DataFrame | None = None) -> pd.DataF
                      "hi": float("nan"), "runs": r.runs,
                      "label": f"≈{null * r.new_targets:.1f}/{r.new_targets} expected" if r.new_targets else "n/a (none)"})
     return pd.DataFrame(rows, columns=RATE_COLUMNS)
+
+
+def progress_tables(runs: RunList, root: Path) -> tuple[SeedBands, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """What the Progress page shows of ``runs`` (of one task): the milestone bands
+    (:func:`progress`), the milestones per method (mean ± std over seeds), the reach table
+    (age of retrieved episodes) and the step at which each run first reached each milestone
+    (``runs_summary.milestone_steps``, run keys relative to ``root``)."""
+    ms = ap.measures(runs)
+    return (progress(runs), ap.milestone_summary(ms), paper_measures.reach_table(ms),
+            runs_summary.milestone_steps([r for _, r in runs], root))
+
+
+def steps_per_turn_tables(runs: RunList, window: int) -> tuple[SeedBands, pd.DataFrame]:
+    """What the Steps per turn page shows of ``runs`` (of one task): the rolling-median bands
+    (:func:`steps_per_turn`) and the interaction table pooled over seeds, its calls per tool
+    written ``tool: count, ...``."""
+    pooled = paper_measures.interaction_table(ap.measures(runs))
+    if len(pooled):
+        pooled["calls_by_tool"] = [", ".join(f"{k}: {v}" for k, v in d.items()) for d in pooled["calls_by_tool"]]
+    return steps_per_turn(runs, window), pooled
 
 
 def tasks(runs: RunList) -> list[tuple[str, list[tuple[str, Run]]]]:

@@ -45,8 +45,9 @@ from pathlib import Path
 
 from loaders import cachedread, tablecache
 from mfm.objectstore import COLUMNS
+from mfm.run_reader import TableRead
 from mfm.schema import MANIFEST, TABLES, Problem
-from mfm.validate import FileCheck, TableRead, validate
+from mfm.validate import FileCheck, validate
 
 MAGIC = b"MFMCOLS1"
 FORMAT = 1

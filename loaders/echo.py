@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import pandas as pd
 
 from loaders import chart_data
+from loaders.run import Run
 from mfm.echo.csd import AXES, CSD
 from mfm.echo.library import CSD_FILE, CSDLibrary
 from mfm.echo.measure import LearnerRun, read_run
@@ -118,3 +119,23 @@ def attempts_table(run: LearnerRun) -> pd.DataFrame:
              "induced": json.dumps([i.get("induced") for i in a.get("induction") or [] if i.get("induced")])}
             for a in run.attempts]
     return pd.DataFrame(rows)
+
+
+def learners(pool: Sequence[tuple[str, Run]]) -> tuple[chart_data.SeedBands, pd.DataFrame]:
+    """What the Echo page shows of the learner runs ``pool`` (``(key, run)`` pairs): the unlock
+    bands per configuration (:func:`unlock_bands`) and the damaged lines of their
+    ``echo.jsonl``, one row each (``run`` folder, ``where`` file:line, ``problem``)."""
+    runs, problems = learner_runs(r.path for _, r in pool)
+    return unlock_bands(runs), pd.DataFrame(
+        [{"run": str(d), "where": f"{q.file}:{q.line}", "problem": q.message} for d, q in problems],
+        columns=["run", "where", "problem"])
+
+
+def library(learner: Run) -> tuple[dict[str, CSD], pd.DataFrame, pd.DataFrame, list[str]]:
+    """What the Echo page shows of one learner run: its descriptors (:func:`read_csds`), their
+    analogy edges, its Echo episodes (:func:`attempts_table`; empty without ``echo.jsonl``) and
+    its damaged CSD lines as ``file:line: message``."""
+    csds, problems = read_csds(learner.path)
+    run, _ = learner_runs([learner.path])
+    attempts = attempts_table(run[0]) if run else pd.DataFrame()
+    return csds, analogy_edges(csds), attempts, [f"{q.file}:{q.line}: {q.message}" for q in problems]

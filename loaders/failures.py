@@ -144,6 +144,19 @@ def filter_failures(df: pd.DataFrame, actions: list[str] | None = None, material
     return df[keep].reset_index(drop=True)
 
 
+def filter_options(df: pd.DataFrame, col: str) -> list:
+    """The values a filter on column ``col`` of :func:`failures` offers: each non-empty value
+    once, numbers (lives) in numeric order, texts in text order."""
+    values = {v.item() if isinstance(v, np.generic) else v for v in df[col] if not pd.isna(v) and v != ""}
+    return sorted(values, key=lambda v: (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)))
+
+
+def target_of(row: pd.Series | dict) -> tuple[int, int] | None:
+    """The target cell ``(x, y)`` a :func:`failures` row names, None when it names none."""
+    x, y = row["target_x"], row["target_y"]
+    return None if x is None or y is None or pd.isna(x) or pd.isna(y) else (int(x), int(y))
+
+
 BACK_STEPS = 8
 """How many steps before its episode a filmstrip reaches back by default (within the life)."""
 VITALS = ("health", "food", "drink", "energy")
@@ -223,6 +236,12 @@ def filmstrip(run: Run, episode: str, target: tuple[int, int] | None, fail_step:
         if out and out[-1].step <= fail:
             out[-1] = replace(out[-1], role="before")
     return out
+
+
+def reached_back(strip: list[StripFrame], episode: str, first_step: int) -> list[StripFrame]:
+    """The frames of a :func:`filmstrip` of ``episode`` (starting after ``first_step``) that
+    belong to the episodes before it in its life: what led to the failure."""
+    return [sf for sf in strip if sf.episode != episode and sf.step <= first_step]
 
 
 def strip_image(frame: np.ndarray, sf: StripFrame, factor: int = 3) -> np.ndarray:

@@ -240,16 +240,16 @@ def read_arrow(path: Path, rtype: type[Record], ordered_by: str | None = None,
         ok, val = _rules(f, rtype.KINDS[f], rtype.CHOICES.get(f))
         checks.append(ok)
         values.append(f"{val} AS {_quote(f)}")
-    cols = "{" + ", ".join(f"{_quote(f)}: 'JSON'" for f in fields) + "}"
-    src = f"read_json(?, format='newline_delimited', columns={cols}, maximum_object_size=16777216)"
     all_ok = " AND ".join(f"coalesce({c}, false)" for c in checks)
     try:
         con = duckdb.connect(":memory:")
-        query = f"SELECT {', '.join(values)}, {all_ok} AS __ok FROM {src}"
+        lines_read = con.read_json(io.BytesIO(data), format="newline_delimited", maximum_object_size=16777216,
+                                   columns={f: "JSON" for f in fields})
+        query = f"SELECT {', '.join(values)}, {all_ok} AS __ok FROM lines_read"
         cross = CROSS_CHECKS.get(rtype)
         if isinstance(cross, str):
             query = f"SELECT * EXCLUDE (__ok), __ok AND coalesce({cross}, false) AS __ok FROM ({query})"
-        table = con.sql(query, params=[str(path)]).to_arrow_table()
+        table = con.sql(query).to_arrow_table()
     except duckdb.Error:
         return None
     if table.num_rows != lines or not pc.all(table.column("__ok")).as_py():

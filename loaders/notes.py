@@ -302,6 +302,13 @@ def at(notes: Sequence[Note], run: str, turn: int | None = None, life: int | Non
     return out
 
 
+def at_steps(notes: Sequence[Note], run: str, steps: Sequence[int]) -> list[Note]:
+    """The notes of ``run`` on one of ``steps`` (a step or a region of its frame, of any life):
+    the notes on the frames a view shows."""
+    shown = set(steps)
+    return [n for n in notes if n.run == run and n.target in ("step", "region") and n.step in shown]
+
+
 def table(root: Path | str, run: str | None = None, notes: Sequence[Note] | None = None) -> pd.DataFrame:
     """The notes of a runs root (of ``run`` only, when given) as a table (:data:`COLUMNS`),
     oldest first; skipped lines raise nothing here (see :func:`read`)."""

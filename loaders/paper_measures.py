@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from loaders.remote import run_identity
+from loaders.remote.mirror import run_identity
 from mfm.memory import AgentMemory, ContentIndex
 from mfm.memory.consolidation import GUIDE
 from mfm.schema import INHERITED, IndexRow, RunManifest, TurnRow
@@ -206,7 +206,7 @@ class RunMeasures:
     ablations: tuple[str, ...] = ()
     """The ablations the run switched on (``mfm no-frames``: ``("no-frames",)``)."""
     identity: str = ""
-    """Which run this is however it was named (``loaders.remote.run_identity``; empty: not
+    """Which run this is however it was named (``loaders.remote.mirror.run_identity``; empty: not
     known): the tables count each run once."""
     model_driven: bool = False
     """Whether a model chose the run's turns (``run.json``'s ``policy`` is ``llm:<model>``), so

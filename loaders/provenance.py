@@ -656,3 +656,36 @@ def summary(g: Graph, bins: int = 40) -> pd.DataFrame:
         r["citations"] += cites.get(n.id, 0)
         r["disabled"] += int(n.disabled and n.kind == "procedure")
     return pd.DataFrame(sorted(rows.values(), key=lambda r: (r["lo"], NODE_KINDS.index(r["kind"]))), columns=cols)
+
+
+def step_span(graph: Graph, last_step: int) -> tuple[int, int]:
+    """The steps a view of ``graph`` (with nodes) spans: from its earliest node's step to its
+    latest node's or the run's ``last_step``, whichever is later."""
+    steps = [n.step for n in graph.nodes]
+    return min(steps), max(max(steps), last_step)
+
+
+def in_order(nodes: Iterable[Node]) -> list[Node]:
+    """Nodes in the order a picker lists them: by step, then kind."""
+    return sorted(nodes, key=lambda n: (n.step, n.kind))
+
+
+def memory_span(written: Sequence[int], unknown: tuple[int, int] | None, last_step: int) -> tuple[int, int]:
+    """The steps a file's history can be looked at: from its first version (``written``, the
+    steps its versions hold from, sorted), or from where its unknown span (``unknown``) begins
+    if that is earlier, to the later of its last version and the run's ``last_step``."""
+    first = min(written[0], unknown[0]) if unknown else written[0]
+    return first, max(last_step, written[-1])
+
+
+def first_sources(cites: Sequence[str], sources: Sequence[str]) -> list[str | None]:
+    """Per line of a memory provenance table (its ``cites`` and ``sources`` columns, episode
+    ids joined by ``", "``): the first episode the line cites, else the first its write names
+    (None: neither names one)."""
+    return [(c or s).split(", ")[0] if c or s else None for c, s in zip(cites, sources)]
+
+
+def all_sources(cites: Sequence[str], sources: Sequence[str]) -> list[str]:
+    """Every episode the lines of a memory provenance table cite or their writes name, each
+    once, cited ones first."""
+    return list(dict.fromkeys(e for v in [*cites, *sources] for e in v.split(", ") if e))

@@ -11,29 +11,34 @@ No Streamlit here: a notebook gets the same tables the dashboard pages use.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import sys
 import threading
 import time
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Sequence, TypeVar
 
 import duckdb
 import numpy as np
 import pandas as pd
 
 from loaders.formats import detect, source_for
-from loaders.remote import is_mirrored, mirror_root, mirrored_url, run_identity, sync_run
+from loaders.remote.listing import mirror_root
+from loaders.remote.mirror import is_mirrored, mirrored_url, run_identity
+from loaders.remote.sync import sync_run
 from loaders.records import COPY_ON_WRITE, FILE_OF, TABLE_NAMES, table_frame
-from loaders.sources import DirSource, Source
+from loaders.cachedread import LazyRecords
+from loaders.registry import RunRegistry
+from loaders.sources import DirSource, LiveSource, Source
 from loaders.sqlsafety import duckdb_config
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError
 from mfm.objectstore import is_url
-from mfm.schema import (MANIFEST, TABLES, IndexRow, LifeEvent, Problem, RunManifest, open_file, read_manifest,
-                        read_table)
-from mfm.validate import LAZY_TABLES, RunContents, read_lazy_table
+from mfm.schema import MANIFEST, TABLES, IndexRow, LifeEvent, Problem, RunManifest, open_file, read_table
+from mfm.run_reader import LAZY_TABLES, RunContents, read_lazy_table
 
 T = TypeVar("T")
 
@@ -72,6 +77,9 @@ class Run:
         self._frames: dict[str, pd.DataFrame] = {}
         self._counts: tuple[int, int, int] | None = None
         self._derived: dict[str, Any] = {}
+        self.grew: Callable[[Run], None] | None = None
+        """Called after the run read or built more (its contents, a lazy table, a DataFrame):
+        the registry holding it counts its bytes again (``loaders.registry``)."""
 
     @property
     def name(self) -> str:
@@ -95,15 +103,28 @@ class Run:
     @property
     def _c(self) -> RunContents:
         """Everything in the run, read on first use."""
+        if self._contents is not None:
+            return self._contents
         with self._lock:
             if self._contents is None:
                 try:
-                    self._contents = self.source.contents()
+                    contents = self.source.contents()
                 except Exception as e:  # noqa: BLE001 - one unreadable run must not take down a page of runs
                     why = str(e).replace(str(self.path), self.path.name)
-                    self._contents = RunContents(self.path, None, problems=[
+                    contents = RunContents(self.path, None, problems=[
                         Problem(self.path.name, 0, f"could not be read: {type(e).__name__}: {why}")])
-            return self._contents
+                self._contents = contents
+        self._grow()
+        return self._contents
+
+    def _grow(self) -> None:
+        if self.grew is not None:
+            self.grew(self)
+
+    def load(self) -> Run:
+        """Read the run's tables now (else they are read on first use); returns the run."""
+        self._c  # noqa: B018 - read on first use
+        return self
 
     @property
     def loaded(self) -> bool:
@@ -112,10 +133,11 @@ class Run:
 
     @property
     def manifest(self) -> RunManifest | None:
-        """The manifest, read alone when the tables are not needed yet."""
+        """The manifest, read alone when the tables are not needed yet (once per version: the
+        tables' read takes the same one, ``DirSource.manifest_read``)."""
         if self._contents is None:
             if self._manifest is None and isinstance(self.source, DirSource) and self.source.format == "mfm":
-                self._manifest = read_manifest(self.path)[0]
+                self._manifest = self.source.manifest_read()[0]
             if self._manifest is not None:
                 return self._manifest
         return self._c.manifest
@@ -139,18 +161,22 @@ class Run:
 
     def records(self, file: str) -> list:
         """Valid records of one table (see ``mfm.schema.TABLES``). A lazy table
-        (``mfm.validate.LAZY_TABLES``: ``seen.jsonl``) is read the first time it is asked
+        (``mfm.run_reader.LAZY_TABLES``: ``seen.jsonl``) is read the first time it is asked
         for; its problems then join :attr:`problems`."""
         c = self._c
         if file in LAZY_TABLES and file not in c.tables:
             with self._lock:
                 if file not in c.tables and c.tables:
                     read_lazy_table(c, file, self.source.read_table)
+            self._grow()
         return c.tables.get(file, [])
 
     def table(self, name: str) -> pd.DataFrame:
         """A table by its view name (episodes, steps, turns, grid, milestones, lives,
         memory_writes, seen)."""
+        df = self._frames.get(name)
+        if df is not None:
+            return df
         with self._lock:
             if name not in self._frames:
                 file = FILE_OF[name]
@@ -162,7 +188,47 @@ class Run:
                     df["y"] = [c[1] for c in df["cell"]]
                     df["z"] = [c[2] if len(c) > 2 else None for c in df["cell"]]
                 self._frames[name] = df
-            return self._frames[name]
+            df = self._frames[name]
+        self._grow()
+        return df
+
+    def reuse_frames(self, prev: Run, files: Iterable[str]) -> list[str]:
+        """Take over ``prev``'s DataFrames of the tables read from ``files``: table files the
+        caller knows this version read from the same parse as ``prev`` (a run being written:
+        ``loaders.sources.LiveSource``), so the very objects are kept instead of being built
+        again. Returns the view names taken over."""
+        same = set(files)
+        with prev._lock:
+            theirs = dict(prev._frames)
+        with self._lock:
+            taken = [name for name, df in theirs.items() if FILE_OF[name] in same and name not in self._frames]
+            for name in taken:
+                self._frames[name] = theirs[name]
+        if taken:
+            self._grow()
+        return taken
+
+    def nbytes(self) -> int:
+        """An estimate of the bytes this run holds: the DataFrames built and the columns read
+        (``DataFrame.memory_usage(deep=False)``: an object column counts its pointers, not the
+        strings they point to), and records built one object per row (the size of the first
+        record, the object and its fields shallowly, times their number). Nothing before the
+        tables are read; the values of :meth:`derived` are not counted. Takes no lock."""
+        c = self._contents
+        if c is None:
+            return 0
+        frames = dict(self._frames)
+        total = 0
+        for file, records in list(c.tables.items()):
+            df = frames.get(TABLE_NAMES.get(file, ""))
+            cols = c.columns.get(file)
+            if df is not None:
+                total += _frame_bytes(df)
+            if cols is not None and (df is None or not COPY_ON_WRITE):
+                total += _frame_bytes(cols)
+            if not isinstance(records, LazyRecords) or records.built:
+                total += _records_bytes(records)
+        return total
 
     def episodes(self) -> pd.DataFrame:
         return self.table("episodes")
@@ -305,6 +371,21 @@ def inherited_record(m: RunManifest | None) -> dict[str, Any] | None:
     return got if isinstance(got, dict) else None
 
 
+def _frame_bytes(df: pd.DataFrame) -> int:
+    return int(df.memory_usage(index=True, deep=False).sum())
+
+
+def _records_bytes(records: Sequence[Any]) -> int:
+    """Records one object per row: the first one's size (the object and its fields, shallow)
+    times their number, plus the list."""
+    n = len(records)
+    if n == 0:
+        return 0
+    first = records[0]
+    one = sys.getsizeof(first) + sum(sys.getsizeof(getattr(first, f.name)) for f in dataclasses.fields(first))
+    return n * one + (sys.getsizeof(records) if isinstance(records, list) else 8 * n)
+
+
 def _count_lines(path: Path) -> int:
     """Complete lines of a file, without parsing them."""
     try:
@@ -314,26 +395,39 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
-_CACHE: dict[str, Run] = {}
-_CACHE_LOCK = threading.Lock()
+def build_run(path: Path, sig: tuple, prev: Run | None) -> Run:
+    """The Run of the version ``sig`` of the run at ``path`` (how :data:`REGISTRY` builds one).
+    A run folder of our format whose manifest says ``running`` is read through
+    :class:`~loaders.sources.LiveSource`: the tables whose file did not change since ``prev``
+    (a running version too) keep their records and their DataFrame objects. Any other run is
+    read afresh with every check. ``run.json`` is read once here, for the status, the manifest
+    and the tables."""
+    source = source_for(path)
+    if type(source) is DirSource and source.format == "mfm":
+        got = source.manifest_read()
+        if got[0] is not None and got[0].status == "running":
+            before = prev.source if prev is not None and isinstance(prev.source, LiveSource) else None
+            live = LiveSource(path, before, got)
+            run = Run(path, live, sig)
+            if before is not None and prev is not None:
+                then, now = before.stats(), run.load().source.stats()
+                run.reuse_frames(prev, [f for f, st in now.items() if then.get(f) == st])
+            return run
+    return Run(path, source, sig)
+
+
+REGISTRY: RunRegistry[Run] = RunRegistry(build_run)
+"""The runs this process has open (``loaders.registry`` lists every cache layer and why)."""
 
 
 def open_run(path: str | Path) -> Run:
-    """Open a run directory (cached; re-read when any of its files changed). Never raises on
-    bad content: what was wrong is in ``run.problems``."""
+    """Open a run (held in :data:`REGISTRY`; read again when any of its files changed, a run
+    being written only in the tables that changed). Never raises on bad content: what was
+    wrong is in ``run.problems``."""
     p = local_path(path)
     if is_mirrored(p):
         sync_run(p)
-    sig = signature(p)
-    key = str(p)
-    with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None and hit.signature == sig:
-            return hit
-    run = Run(p, source_for(p), sig)
-    with _CACHE_LOCK:
-        _CACHE[key] = run
-    return run
+    return REGISTRY.get(p, signature(p))
 
 
 def local_path(place: str | Path) -> Path:

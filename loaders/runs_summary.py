@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from loaders.inherited import inherited_from
+from loaders.records import TABLE_NAMES
 from loaders.run import Run
 
 
@@ -39,7 +40,7 @@ def runs_overview(runs: list[Run], root: Path, check: bool = True) -> pd.DataFra
     root = root.resolve()
     rows = []
     for r in runs:
-        s = r.summary()
+        s = (r.load() if check else r).summary()  # read once: the summary of a read run counts its records
         try:
             key = r.path.resolve().relative_to(root).as_posix()
         except ValueError:
@@ -71,3 +72,30 @@ def milestone_steps(runs: list[Run], root: Path) -> pd.DataFrame:
         for name, step in m.milestones.items():
             rows.append((key, m.method, name, order.index(name) if name in order else len(order), int(step)))
     return pd.DataFrame(rows, columns=["run", "method", "milestone", "order", "step"])
+
+
+def milestone_order(runs: list[Run], reached: pd.DataFrame) -> list[str]:
+    """The milestones of :func:`milestone_steps` ``reached`` in the order the runs' manifests
+    list them (the first run's list first, then each later run's new ones), the milestones no
+    manifest lists after them, sorted by name."""
+    listed: list[str] = []
+    for r in runs:
+        if r.manifest:
+            listed += [m for m in r.manifest.milestone_order if m not in listed]
+    names = set(reached["milestone"])
+    return [m for m in listed if m in names] + sorted(names - set(listed))
+
+
+def first_reached(reached: pd.DataFrame) -> pd.DataFrame:
+    """:func:`milestone_steps` as a table of milestones (rows, in each milestone's ``order``)
+    by run (columns): the step at which the run first reached it (empty: never)."""
+    wide = reached.pivot_table(index="milestone", columns="run", values="step", aggfunc="min")
+    order = reached.drop_duplicates("milestone").set_index("milestone")["order"].sort_values()
+    return wide.reindex(order.index)
+
+
+def table_sizes(run: Run) -> pd.DataFrame:
+    """The tables a run's SQL sees (``loaders.records.TABLE_NAMES``): ``table`` name, ``rows`` and
+    ``columns`` (their names, comma-separated)."""
+    return pd.DataFrame([{"table": t, "rows": len(df := run.table(t)), "columns": ", ".join(map(str, df.columns))}
+                         for t in TABLE_NAMES.values()], columns=["table", "rows", "columns"])

@@ -150,6 +150,18 @@ def search(run: Run, text: str, kinds: Sequence[str] | None = None) -> pd.DataFr
     return matches(corpus(run), text, kinds)
 
 
+def hits_in(corpora: Iterable[tuple[str, pd.DataFrame]], text: str, kinds: Sequence[str] | None = None
+            ) -> pd.DataFrame:
+    """The hits of ``text`` (:func:`matches`) in several runs' corpora (``(run key, corpus)``
+    pairs), with the run's key in column ``run``: by kind (in :data:`KINDS` order), then step,
+    then turn, runs in the order given within each."""
+    parts = [matches(table, text, kinds).assign(run=key) for key, table in corpora]
+    hits = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*COLUMNS, "run"])
+    order = {k: i for i, k in enumerate(KINDS)}
+    return hits.assign(_k=hits["kind"].map(order)).sort_values(["_k", "step", "turn"], kind="stable").drop(
+        columns="_k").reset_index(drop=True)
+
+
 def link(row: pd.Series | dict, run_key: str, runs: str | None = None) -> str:
     """The dashboard link (page and query, relative to the app) that opens a hit of run
     ``run_key`` (``runs``: the runs to keep open, default that run)."""

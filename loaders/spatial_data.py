@@ -162,6 +162,36 @@ def frames_at_cell(steps: pd.DataFrame, x: int, y: int) -> pd.DataFrame:
     return here[["step", "life", "episode"]].reset_index(drop=True)
 
 
+def frames_at_cell_of(run: Run, x: int, y: int, plane: str = "y", life: int | None = None) -> pd.DataFrame:
+    """:func:`frames_at_cell` of a run, of one ``life`` or all: ``step, life, episode``. A run
+    whose map's second axis is ``z`` (3-D, seen from above) records no frame per cell: none."""
+    steps = run.steps()
+    if plane != "y" or not len(steps):
+        return frames_at_cell(steps.iloc[0:0], x, y)
+    return frames_at_cell(steps[steps["life"] == life] if life is not None else steps, x, y)
+
+
+def frames_at_cell_in(runs: Iterable[tuple[str, Run]], x: int, y: int) -> pd.DataFrame:
+    """:func:`frames_at_cell` over several runs, run by run: ``step, life, episode, run``
+    (``run``: the key the run is given)."""
+    parts = [f.assign(run=k) for k, r in runs if len(f := frames_at_cell(r.steps(), x, y))]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["step", "life", "episode", "run"])
+
+
+def one_per_life(frames: pd.DataFrame, limit: int, by_run: bool = False) -> pd.DataFrame:
+    """The first frame of each life (of each run and life, ``by_run``) among ``frames`` (rows
+    of :func:`frames_at_cell` or :func:`frames_at_cell_in`), at most ``limit`` of them: the
+    same place across lives."""
+    return frames.drop_duplicates(["run", "life"] if by_run else ["life"]).head(limit)
+
+
+def visit_frame(run: Run, step: int, life: int, episode: str) -> tuple[int | None, str | None]:
+    """The frame that shows a visit of ``episode`` (of ``life``) to a cell at env ``step``, as
+    ``(step, None)`` when an episode of that life stored the frame of that step, else as
+    ``(None, episode)``: the episode's end observation."""
+    return (step, None) if episode_holding(run, step, life) is not None else (None, episode)
+
+
 def visits_per_cell(runs: list[Run]) -> pd.DataFrame:
     """How often each cell holds a frame, over several runs: ``x, y, frames, runs, lives``."""
     parts = []

@@ -91,12 +91,12 @@ _CODE: str | None = None
 
 
 def rule_sources() -> list[Path]:
-    """The source files whose rules produce an entry: the schema and the validator (core),
-    the fast path, the cached reader and this module (loaders)."""
-    from mfm import schema, validate
+    """The source files whose rules produce an entry: the schema, the run reader and the
+    validator (core), the fast path, the cached reader and this module (loaders)."""
+    from mfm import run_reader, schema, validate
 
     here = Path(__file__).resolve().parent
-    return [Path(schema.__file__), Path(validate.__file__),
+    return [Path(schema.__file__), Path(run_reader.__file__), Path(validate.__file__),
             *(here / name for name in ("fastread.py", "cachedread.py", "tablecache.py"))]
 
 

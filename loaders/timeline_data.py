@@ -38,6 +38,14 @@ def _category(episodes: pd.DataFrame, color_by: str) -> pd.Series:
     return kinds.where(kinds.notna(), episodes["kind"]).astype(str)
 
 
+def episodes_in_range(episodes: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    """The episodes (rows of an episodes table) that overlap steps ``lo``–``hi``: ending at
+    ``lo`` or later and starting at ``hi`` or earlier, in the table's order."""
+    if not len(episodes):
+        return episodes
+    return episodes[(episodes["last_step"] >= lo) & (episodes["first_step"] <= hi)]
+
+
 def timeline_bars(episodes: pd.DataFrame, lo: int | None = None, hi: int | None = None,
                   color_by: str = "action_kind", max_bars: int = 3000) -> pd.DataFrame:
     """Episode bars for the timeline: one row per episode, or per step bin when too many.
@@ -53,7 +61,7 @@ def timeline_bars(episodes: pd.DataFrame, lo: int | None = None, hi: int | None 
     ep = episodes
     lo = int(ep["first_step"].min()) if lo is None else lo
     hi = int(ep["last_step"].max()) if hi is None else hi
-    ep = ep[(ep["last_step"] >= lo) & (ep["first_step"] <= hi)]
+    ep = episodes_in_range(ep, lo, hi)
     cat = _category(ep, color_by)
     if len(ep) <= max_bars:
         end = np.maximum(ep["last_step"].to_numpy(), ep["first_step"].to_numpy() + 0.5)

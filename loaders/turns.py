@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from loaders import agent_calls
@@ -540,6 +541,45 @@ def turn_kinds(run: Run) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["turn", "life", "first_step", "retarget", "failed", "death"])
 
 
+def targets_table(targets: tuple[TargetView, ...]) -> pd.DataFrame:
+    """A turn's targets as the Turns page lists them, one row each, every cell as text (a
+    static table: a turn names a few targets)."""
+    return pd.DataFrame([{"kind": t.kind, "x": f"{t.x:g}", "y": f"{t.y:g}", "in plan": "yes" if t.in_plan else "no",
+                          "new (retarget)": "yes" if t.new else "no", "near an inspected episode": t.near or "",
+                          "nearest (cells)": "" if t.distance is None else f"{t.distance:g}",
+                          "seen in inspections of": ", ".join(t.seen_in)} for t in targets],
+                        columns=["kind", "x", "y", "in plan", "new (retarget)", "near an inspected episode",
+                                 "nearest (cells)", "seen in inspections of"])
+
+
+def episodes_table(episodes: tuple[EpisodeView, ...]) -> pd.DataFrame:
+    """The episodes a turn produced as the Turns page lists them, one row each, as text."""
+    return pd.DataFrame([{"episode": e.id, "action": e.action_kind or "", "steps": f"{e.first_step}–{e.last_step}",
+                          "outcome": e.outcome or "", "death": e.died or "", "summary": e.summary} for e in episodes],
+                        columns=["episode", "action", "steps", "outcome", "death", "summary"])
+
+
+@dataclass(frozen=True)
+class TurnMenu:
+    """What the Turns page's turn picker and its buttons need of every turn, built once per
+    run version: the turn numbers in order, :func:`turn_kinds`, and each turn's label (``turn
+    12``, with the kinds of :data:`NAV_KINDS` it is: ``turn 12 · retarget, death``)."""
+
+    numbers: list[int]
+    kinds: pd.DataFrame
+    labels: dict[int, str]
+
+
+def turn_menu(run: Run) -> TurnMenu:
+    """Every turn of ``run`` as the Turns page lists it (:class:`TurnMenu`)."""
+    kinds = turn_kinds(run)
+    labels = {}
+    for r in kinds.itertuples():
+        flags = [k for k in NAV_KINDS if getattr(r, k)]
+        labels[int(r.turn)] = f"turn {r.turn}" + (f" · {', '.join(flags)}" if flags else "")
+    return TurnMenu(turn_numbers(run), kinds, labels)
+
+
 @dataclass(frozen=True)
 class TurnNav:
     """Where to step from a turn: the previous and next turn, and per kind of
@@ -551,18 +591,16 @@ class TurnNav:
 
 
 def navigation(kinds: pd.DataFrame, turn: int) -> TurnNav:
-    """Previous / next turn of every kind around ``turn`` (``kinds`` from :func:`turn_kinds`)."""
-    nums = kinds["turn"].astype(int)
-    before, after = kinds[nums < turn], kinds[nums > turn]
+    """Previous / next turn of every kind around ``turn`` (``kinds`` from :func:`turn_kinds`, in turn order)."""
+    nums = kinds["turn"].to_numpy(dtype=int)
+    cut, end = int(np.searchsorted(nums, turn, "left")), int(np.searchsorted(nums, turn, "right"))
 
-    def last(df: pd.DataFrame) -> int | None:
-        return int(df["turn"].iloc[-1]) if len(df) else None
+    def around(mask: np.ndarray) -> tuple[int | None, int | None]:
+        before, after = nums[:cut][mask[:cut]], nums[end:][mask[end:]]
+        return (int(before[-1]) if len(before) else None, int(after[0]) if len(after) else None)
 
-    def first(df: pd.DataFrame) -> int | None:
-        return int(df["turn"].iloc[0]) if len(df) else None
-
-    return TurnNav(last(before), first(after),
-                   {k: (last(before[before[k]]), first(after[after[k]])) for k in NAV_KINDS})
+    prev, nxt = around(np.ones(len(nums), dtype=bool))
+    return TurnNav(prev, nxt, {k: around(kinds[k].to_numpy(dtype=bool)) for k in NAV_KINDS})
 
 
 def turn_at(run: Run, step: int, life: int | None = None) -> int | None:

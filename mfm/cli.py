@@ -75,7 +75,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if is_url(run):
             if missing_extra("validate", "read"):
                 return 2
-            from loaders.remote import validate_remote
+            from loaders.remote.validate import validate_remote
 
             from mfm.objectstore import StoreError, check_bucket
 

@@ -4,32 +4,11 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import streamlit as st
 
-from dashboard import figures, safe_text, ui, vega_charts
+from dashboard import figures, safe_text, ui, vega_charts, views
+from dashboard.core import run_key
 from loaders import echo
-from loaders.chart_data import SeedBands
-from loaders.run import Run
-
-
-@ui.cached
-def _learners(pool: list[tuple[str, Run]]) -> tuple[SeedBands, pd.DataFrame]:
-    """Unlock bands of the learner runs, and the damaged lines of their echo.jsonl."""
-    runs, problems = echo.learner_runs(r.path for _, r in pool)
-    return echo.unlock_bands(runs), pd.DataFrame(
-        [{"run": safe_text.relative_paths(str(d), ui.root()), "where": f"{q.file}:{q.line}", "problem": q.message}
-         for d, q in problems])
-
-
-@ui.cached
-def _library(learner: Run) -> tuple[dict, pd.DataFrame, pd.DataFrame, list[str]]:
-    """A learner run's descriptors, analogy edges, Echo episodes and damaged CSD lines."""
-    csds, problems = echo.read_csds(learner.path)
-    run, _ = echo.learner_runs([learner.path])
-    attempts = echo.attempts_table(run[0]) if run else pd.DataFrame()
-    return csds, echo.analogy_edges(csds), attempts, [f"{q.file}:{q.line}: {q.message}" for q in problems]
-
 
 runs, focus = ui.sidebar(("csd",))
 st.title("Echo")
@@ -38,15 +17,14 @@ st.caption("Learner runs: Crafter's recipes are learned from the learner's own a
 pool = [(k, r) for k, r in runs if echo.has_csd(r.path)]
 if not pool:
     base = ui.root()
-    pool = [(str(r.path.resolve().relative_to(base.resolve()).as_posix()), r) for r in ui.all_runs()
-            if echo.has_csd(r.path)]
+    pool = [(run_key(base, r.path), r) for r in ui.all_runs() if echo.has_csd(r.path)]
     if pool:
         st.info("None of the open runs is a learner run; showing every learner run under the runs root.")
 if not pool:
     st.info("No learner run (with csd.jsonl) is open or under the runs root. Make some with `mfm echo run`.")
     st.stop()
 
-bands, problems = _learners(pool)
+bands, problems = views.learners(pool)
 st.subheader("Unlock curve per configuration")
 st.caption("Distinct achievements unlocked after each Echo episode, per configuration.")
 if len(bands.bands):
@@ -56,12 +34,13 @@ else:
     st.info("No Echo episode recorded yet (echo.jsonl is empty).")
 if len(problems):
     with st.expander(f"⚠️ {len(problems)} damaged line(s) in echo.jsonl were skipped"):
-        st.dataframe(problems, hide_index=True, width="stretch")
+        st.dataframe(problems.assign(run=[safe_text.relative_paths(p, ui.root()) for p in problems["run"]]),
+                     hide_index=True, width="stretch")
 
 keys = [k for k, _ in pool]
 key = st.selectbox("Learner run", keys, **ui.bound("w_echo_run", "run", keys[0], lambda v: v if v in keys else None))
 run = dict(pool)[key]
-csds, edges, attempts, csd_problems = _library(run)
+csds, edges, attempts, csd_problems = views.learner_library(run)
 for p in csd_problems:
     st.warning(f"{ui.md_code(key)}: {ui.md(p)}")
 

@@ -2,12 +2,13 @@
 episode's filmstrip and a world-aligned comparison in Frames."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui
+from dashboard import ui, views
 from dashboard.core import clamp_range, format_range
 from loaders import failures as fl
 from loaders.frame_compare import FAILURE_LEGEND, legend_image, legend_text
@@ -24,14 +25,10 @@ st.caption("Every failed or interrupted action (collect, place, make, attack, go
            "the same life, with the target tile outlined, the vitals under each frame, the last frame before the "
            "failure and the frame of the failure itself.")
 ui.show_problems(key, run)
-table = ui.cached(fl.failures)(run)
+table = views.failures(run)
 if not len(table):
     st.info("This run has no failed or interrupted action and no death.")
     st.stop()
-
-
-def _choices(col: str) -> list:
-    return sorted({v for v in table[col] if v != ""}, key=str)
 
 
 def _list_param(options: list, cast: Callable[[str], Any] = str, sep: str = ",") -> Callable[[str], list | None]:
@@ -44,8 +41,8 @@ def _fmt(sep: str = ",") -> Callable[[list], str]:
 
 
 first, last = int(table["step"].min()), int(table["step"].max())
-actions, materials, outcomes = _choices("action"), _choices("material"), _choices("outcome")
-causes, lives = _choices("cause"), sorted({int(x) for x in table["life"]})
+actions, materials, outcomes, causes, lives = (fl.filter_options(table, c) for c in
+                                               ("action", "material", "outcome", "cause", "life"))
 FILTERS = (("act", "Action", "w_fail_act", actions, str, ","),
            ("mat", "Material", "w_fail_mat", materials, str, ","),
            ("outcome", "Outcome", "w_fail_out", outcomes, str, ","),
@@ -113,8 +110,7 @@ if not ep:
     st.stop()
 
 row = shown[shown["episode"] == ep].iloc[0]
-target = None if pd.isna(row["target_x"]) or pd.isna(row["target_y"]) else (int(row["target_x"]),
-                                                                            int(row["target_y"]))
+target = fl.target_of(row)
 st.subheader(ui.md(f"{ep} · {row['action'] or '?'} {row['material']} · {row['outcome']}"))
 st.markdown(ui.md(f"{row['cause']} at step {row['step']} in life {row['life']} · steps "
                     f"{row['first_step']}–{row['last_step']} · target {target if target else 'none'}"))
@@ -126,7 +122,7 @@ st.number_input("Steps before the episode", 0, BACK_MAX, step=1,
                            lambda v: b if 0 <= (b := int(v)) <= BACK_MAX else None))
 back = int(st.session_state["w_fail_back"])
 try:
-    strip = ui.cached(fl.filmstrip)(run, ep, target, int(row["step"]), back)
+    strip = views.filmstrip(run, ep, target, int(row["step"]), back)
 except KeyError as e:
     st.error(ui.md(e))
     st.stop()
@@ -137,7 +133,7 @@ if target is not None:
 imgs, caps = [], []
 for sf in strip:
     try:
-        img = fl.strip_image(ui.frame(run, step=sf.step, life=sf.life), sf)
+        img = fl.strip_image(views.frame(run, step=sf.step, life=sf.life), sf)
     except (FrameError, UnsafePath) as e:
         st.caption(f"step {sf.step}: {ui.md(e)}")
         continue
@@ -152,7 +148,7 @@ if imgs:
     st.image(imgs, width=imgs[0].shape[1], caption=caps, output_format="PNG")
 else:
     st.info("No frame of this episode, or of the steps before it in its life, is stored.")
-earlier = [sf for sf in strip if sf.episode != ep and sf.step <= int(row["first_step"])]
+earlier = fl.reached_back(strip, ep, int(row["first_step"]))
 if earlier:
     st.caption(f"Steps {earlier[0].step}–{earlier[-1].step} are of the episode(s) before in life {row['life']} "
                f"({', '.join(dict.fromkeys(str(sf.episode) for sf in earlier))}).")

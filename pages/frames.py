@@ -4,17 +4,23 @@ from __future__ import annotations
 import io
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 from PIL import Image
 
-from dashboard import ui, vega_charts
-from dashboard.core import MAX_FRAMES, FrameRef, copy_key, format_frame_refs, format_region, parse_cell, \
-    parse_frame_refs, parse_region, resolve_run_key
-from loaders import frame_compare
-from loaders import frame_images, lookups, spatial_data
+from dashboard import ui, views
+from dashboard.core import (
+    MAX_FRAMES,
+    FrameRef,
+    copy_key,
+    format_frame_refs,
+    format_region,
+    parse_cell,
+    parse_frame_refs,
+    parse_region,
+    resolve_run_key,
+)
+from loaders import agent_calls, frame_compare, frame_images, lookups, spatial_data
 from loaders import notes as notes_mod
-from loaders.inherited import inherited_id
 from loaders.turns import frame_position
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError, compare, crop, enlarge
@@ -59,7 +65,7 @@ loaded: list[tuple[FrameRef, np.ndarray, str]] = []
 for ref in refs:
     try:
         r = _run_of(ref)
-        img = ui.frame(r, step=ref.step, episode=ref.episode)
+        img = views.frame(r, step=ref.step, episode=ref.episode)
     except UnsafePath as e:
         st.error(f"Refused frame {ui.md(ref, 80)}: {ui.md(e)}", icon="🚫")
         continue
@@ -75,7 +81,7 @@ for ref in refs:
             title += f"{sep}life {sr['life']} · {sr['action']} · ({sr['x']:g}, {sr['y']:g})"
     loaded.append((ref, img, title))
 
-ins = ui.inspections(run)
+ins = views.inspections(run)
 tab_step, tab_ep, tab_insp, tab_place = st.tabs(["By step", "By episode", "From an inspection", "By place"])
 with tab_step:
     c1, c2, c3 = st.columns([3, 2, 2])
@@ -118,14 +124,12 @@ with tab_insp:
         if len(ins) > ui.LISTED:
             st.caption(f"The first {ui.LISTED:,} of {len(ins):,} inspections are listed.")
         row = ins.iloc[i]
-        if row["inherited"]:
-            src, ep = copy_key(key), inherited_id(row["episode"])
+        got = agent_calls.inspected_frame(row)
+        src = copy_key(key) if got.inherited else key
+        if got.inherited:
             st.caption(f"{ui.md(row['retrieved'])}: a frame of the run whose memory {ui.md_code(key)} inherited, "
                        f"read from its copy {ui.md_code(src)}.")
-        else:
-            src, ep = key, row["episode"]
-        target = FrameRef(src, step=int(row["target_step"])) if not pd.isna(row["target_step"]) else \
-            FrameRef(src, episode=ep)
+        target = FrameRef(src, step=got.step) if got.step is not None else FrameRef(src, episode=got.episode)
         st.button("Compare the retrieved frame with the frame the agent had", key="use_insp", on_click=_set,
                   args=([target, FrameRef(key, step=int(row["step"]))],))
 with tab_place:
@@ -133,19 +137,14 @@ with tab_place:
     c1, c2 = st.columns(2)
     x = c1.number_input("Cell x", value=cell[0] if cell else 32, step=1, key="w_cell_x")
     y = c2.number_input("Cell y", value=cell[1] if cell else 32, step=1, key="w_cell_y")
-    parts = []
-    for k, r in runs:
-        f = spatial_data.frames_at_cell(r.steps(), int(x), int(y))
-        if len(f):
-            parts.append(f.assign(run=k))
-    here = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["step", "life", "episode", "run"])
+    here = spatial_data.frames_at_cell_in(runs, int(x), int(y))
     st.caption(f"{len(here)} frames were taken at ({int(x)}, {int(y)}) over {here['run'].nunique()} open run(s) and "
                f"{here[['run', 'life']].drop_duplicates().shape[0]} life(s).")
     if len(here):
         sel = st.dataframe(here[["run", "life", "step", "episode"]], hide_index=True, width="stretch", height=220,
                            on_select="rerun", selection_mode="multi-row", key="w_place_table")
         rows = sel.selection.rows if sel and sel.selection else []
-        spread = here.drop_duplicates(["run", "life"]).head(MAX_FRAMES)
+        spread = spatial_data.one_per_life(here, MAX_FRAMES, by_run=True)
         b1, b2 = st.columns(2)
         here_cell = f"{int(x)},{int(y)}"
         b1.button(f"Compare the {min(len(rows), MAX_FRAMES)} selected", disabled=not rows, key="place_sel",
@@ -168,15 +167,13 @@ for j, (ref, _, title) in enumerate(loaded):
 
 frames = [f for _, f, _ in loaded]
 titles = [t for _, _, t in loaded]
-if len(loaded) == 2 and len(ins) and loaded[0][0].run == loaded[1][0].run == key:
+if len(loaded) == 2 and loaded[0][0].run == loaded[1][0].run == key:
     a_ref, b_ref = loaded[0][0], loaded[1][0]
-    for _, row in ins[ins["step"] == (b_ref.step if b_ref.step is not None else -1)].iterrows():
-        hit = (a_ref.step == row["target_step"]) if not pd.isna(row["target_step"]) else a_ref.episode == row["episode"]
-        if hit:
-            st.info(f"Inspection: left is the retrieved frame, right the frame the agent had when it looked "
-                    f"({ui.md(row['label'])}).")
-            titles = ["retrieved: " + titles[0], "agent's view: " + titles[1]]
-            break
+    hit = agent_calls.inspection_between(ins, a_ref.step, a_ref.episode, b_ref.step)
+    if hit is not None:
+        st.info(f"Inspection: left is the retrieved frame, right the frame the agent had when it looked "
+                f"({ui.md(hit['label'])}).")
+        titles = ["retrieved: " + titles[0], "agent's view: " + titles[1]]
 t = frame_images.tile_size(frames[0])
 opt = st.columns([1.45, 1.45, 1.65, 2.6, 2.6])
 
@@ -197,14 +194,9 @@ opt[2].toggle("Pixel values", **_flag("w_pixels", "px"),
 opt[3].slider("Region: tile columns", 0, 9, **cols_w,
               help="Zoom every panel to these tiles (the panels stay in sync; drag to zoom further).")
 opt[4].slider("Region: tile rows", 0, 9, **rows_w)
-c0, c1_ = st.session_state["w_cols"]
-r0, r1 = st.session_state["w_rows"]
-if c1_ <= c0:
-    c1_ = c0 + 1
-if r1 <= r0:
-    r1 = r0 + 1
-region = (c0 * t, r0 * t, c1_ * t, r1 * t)
-full = (c0, r0, c1_, r1) == (0, 0, 9, 9)
+tiles = frame_images.tile_region(st.session_state["w_cols"], st.session_state["w_rows"], t)
+c0, c1_, r0, r1 = tiles.tiles
+region = tiles.pixels
 
 diffs = None
 diff_notes: list[tuple[str, np.ndarray]] = []
@@ -244,8 +236,8 @@ if st.session_state["w_diff"] and len(frames) > 1:
         diffs.append((fd.image(), f"{fd.pixels} px > {thr} levels · {fd.map_tiles} + {fd.inventory_tiles} tiles"
                                   + (" · aligned" if fd.aligned else "")))
         diff_notes.append((f"{ref.label} vs frame 1: {note}", fd.image()))
-panels = ui.kept(vega_charts.frames_panels)(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
-                                           region=None if full else region, pixels=st.session_state["w_pixels"])
+panels = views.frames_panels(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
+                             region=None if tiles.full else region, pixels=st.session_state["w_pixels"])
 st.altair_chart(panels, width="content", key="frames_chart")
 st.caption("Zoom (wheel) or pan (drag) any panel and the others follow; double-click to reset. Pixels are drawn "
            "as blocks (nearest neighbour), never smoothed. "
@@ -259,19 +251,16 @@ for note, img in diff_notes:
 
 mine = sorted({ref.step for ref, _, _ in loaded if ref.run == key and ref.step is not None})
 if mine:
-    shown_notes = [n for n in notes_mod.at(ui.root_notes().notes, key, lo=mine[0], hi=mine[-1])
-                   if n.target in ("step", "region") and n.step in mine]
-    ui.show_notes(shown_notes)
+    ui.show_notes(notes_mod.at_steps(ui.root_notes().notes, key, mine))
     life_1 = lookups.life_at(run, mine[0])
     if life_1 is not None:
         ui.note_form("note_region", key, "region", f"tiles {c0}–{c1_ - 1} × {r0}–{r1 - 1} of the frame of step "
-                     f"{mine[0]}", life=life_1, step=mine[0], region=(c0, c1_, r0, r1))
+                     f"{mine[0]}", life=life_1, step=mine[0], region=tiles.tiles)
 
 st.subheader("Magnified region")
 crops = [crop(f, region) for f in frames]
 joined = compare(crops, gap=1)
-fits = [f for f in (2, 3, 4, 6, 8, 12, 16, 24) if joined.shape[1] * f <= 1100] or [1]
-default = max([f for f in fits if joined.shape[1] * f <= 640] or [fits[0]])
+fits, default = frame_images.magnifications(joined.shape[1])
 factor = st.select_slider("Magnification", options=fits, value=default, key=f"w_factor_{joined.shape[1]}",
                           help="Nearest neighbour: each frame pixel becomes a factor x factor block.")
 mag = enlarge(joined, factor)

@@ -5,13 +5,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, ui, vega_charts
+from dashboard import figures, ui, vega_charts, views
 from dashboard.core import clamp_range, format_range, parse_cell, split_list
 from dashboard.theme import CELL_KIND_COLORS
-from loaders import chart_data
-from loaders import lookups, spatial_data
+from loaders import chart_data, lookups, spatial_data
 from loaders import cursor as cur
-from loaders.run import Run
 from mfm.schema import GRID_KINDS
 
 _, focus = ui.sidebar(("cell", "range", "kinds", "mark", *ui.CURSOR_KEYS))
@@ -33,7 +31,7 @@ cursor = ui.cursor_bar(run, ui.cursor(run))
 first, last = lookups.step_bounds(run)
 range_widget = ui.bound("w_grid_range", "range", (first, last), lambda v: clamp_range(v, first, last),
                         format_range, sync=True)
-all_lives = ui.cached(lookups.lives_of)(run)
+all_lives = views.lives(run)
 if ui.qp("life") and ui.qp("life") not in {str(v) for v in all_lives}:
     st.warning(f"URL parameter `life` = {ui.md_code(ui.qp('life'), 40)} is no life of {ui.md_code(key)}: dropped.",
                icon="🚫")
@@ -83,18 +81,8 @@ for name, value in (("cell", cell), ("mark", mark)):
 if mark is not None:
     st.caption(f"Red diamond: the failed action's target cell ({mark[0]}, {mark[1]}).")
 
-
-def _map(r: Run, lo: int, hi: int, kinds: tuple[str, ...], life: int | None, band: tuple[int, int] | None,
-         paths: bool, positions: bool, cell: tuple[int, int] | None, mark: tuple[int, int] | None
-         ) -> tuple[chart_data.GridView, alt.LayerChart]:
-    """The grid's view and map, built once per run version and choice (kept, not copied:
-    only read)."""
-    view = ui.cached(chart_data.grid)(r, lo, hi, kinds, life=life, height=band, paths=paths, positions=positions)
-    return view, vega_charts.grid_map(view, cell, mark)
-
-
-view, fig = ui.cached(_map, max_entries=16, shared=True)(run, lo, hi, tuple(kinds), st.session_state["w_life"], band,
-                                                        show_paths, show_eps, cell, mark)
+view, fig = views.grid_map(run, lo, hi, tuple(kinds), st.session_state["w_life"], band, show_paths, show_eps, cell,
+                           mark)
 if here_now is not None:
     fig = fig.copy(deep=False)
     fig.layer = [*fig.layer, alt.Chart(pd.DataFrame([{"x": here_now[0], "y": here_now[1], "step": cursor.step,
@@ -140,9 +128,7 @@ if cell is None:
 x, y = cell
 rows = spatial_data.grid_at_cell(run, x, y, view.plane, view.life)
 here = spatial_data.episodes_at_cell(run, x, y, view.plane)
-steps = run.steps() if view.plane == "y" else run.steps().iloc[0:0]
-frames_here = spatial_data.frames_at_cell(steps[steps["life"] == view.life] if view.life is not None and len(steps)
-                                       else steps, x, y)
+frames_here = spatial_data.frames_at_cell_of(run, x, y, view.plane, view.life)
 st.markdown(f"**({x}, {y})**: {len(rows)} grid record(s), {len(here)} episode(s), {len(frames_here)} frame(s) "
             "taken standing here.")
 if len(rows):
@@ -159,10 +145,11 @@ if len(here):
     l1, l2, l3 = st.columns(3)
     l1.page_link(pg["timeline"], label=f"Open {ui.md(pick)} in Timeline", icon=":material/view_timeline:",
                  query_params=ui.link_params(ep=pick, step=s))
-    fr = f"{key}:{s}" if lookups.episode_holding(run, s, int(r["life"])) is not None else f"{key}:{pick}"
+    at, end = spatial_data.visit_frame(run, s, int(r["life"]), pick)
+    fr = f"{key}:{at}" if at is not None else f"{key}:{end}"
     l2.page_link(pg["frames"], label=f"Open its frame (step {s}) in Frames", icon=":material/compare:",
                  query_params=ui.link_params(frames=fr, cell=f"{x},{y}"))
-    spread = frames_here.drop_duplicates("life").head(4)
+    spread = spatial_data.one_per_life(frames_here, 4)
     if len(spread) >= 2:
         l3.page_link(pg["frames"], label="Compare this place across lives", icon=":material/compare:",
                      query_params=ui.link_params(frames=",".join(f"{key}:{v}" for v in spread["step"]),

@@ -11,14 +11,14 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import safe_text, ui
+from dashboard import safe_text, ui, views
 from dashboard.core import clamp_range, format_range, parse_int
 from loaders import analysis_pages as ap
 from loaders import cursor as cur
 from loaders import lookups
+from loaders import provenance as pv
 from loaders import turns as tv
 from loaders.inherited import episode_label, is_inherited
-
 
 _, focus = ui.sidebar(("file", "asof", "diff", *ui.CURSOR_KEYS))
 key, run = ui.need_run(focus)
@@ -41,7 +41,7 @@ path = st.session_state["w_mem_file"]
 written = ap.memory_steps(run, path)
 unknown = ap.memory_unknown(run, path)
 _, last = lookups.step_bounds(run)
-lo_s, hi_s = min(written[0], unknown[0]) if unknown else written[0], max(last, written[-1])
+lo_s, hi_s = pv.memory_span(written, unknown, last)
 cursor = ui.cursor(run)
 asof_url = parse_int(ui.qp("asof"))
 if cursor is not None and asof_url is not None and asof_url != cursor.step:
@@ -100,7 +100,7 @@ with tab_view:
         st.code(text, language="json" if path.endswith(".json") else None)
 
 with tab_prov:
-    prov = ui.cached(ap.memory_provenance)(run, path, asof)
+    prov = views.memory_provenance(run, path, asof)
     removed = int(prov["removed_at"].notna().sum()) if len(prov) else 0
     contra = int(prov["contradicted_at"].notna().sum()) if len(prov) else 0
     st.caption(f"{len(prov)} line(s); {removed} of them removed or rewritten by a later write (column "
@@ -112,7 +112,7 @@ with tab_prov:
     prov["turn"] = ["" if pd.isna(v) else str(int(v)) for v in prov["turn"]]
     for c in ("contradiction", "now", "contradicted_by", "contradicting_sources"):
         prov[c] = prov[c].astype(object).where(prov[c].notna(), "")
-    firsts = [(c or s).split(", ")[0] if c or s else None for c, s in zip(prov["cites"], prov["sources"])]
+    firsts = pv.first_sources(prov["cites"], prov["sources"])
     links = {e: ui.episode_link(key, run, e) for e in dict.fromkeys(firsts) if e}
     links = {e: {"runs": ui.qp("runs") or key, "run": key, **p} for e, p in links.items() if p is not None}
     prov["episode"] = [f"timeline?{urlencode(links[e])}#{e}" if e in links else None for e in firsts]
@@ -126,8 +126,7 @@ with tab_prov:
                                 "cites": st.column_config.TextColumn("cites", help="The episodes the line names "
                                                                      "itself (sources: all of its write's)"),
                                 "episode": st.column_config.LinkColumn("first source", display_text=r"#(.+)$")})
-    srcs = list(dict.fromkeys(s for v in [*prov["cites"], *prov["sources"]] for s in v.split(", ") if s)) \
-        if len(prov) else []
+    srcs = pv.all_sources(prov["cites"], prov["sources"])
     if srcs:
         pick = st.selectbox("Source episode", srcs, key="w_mem_src", format_func=lambda e: episode_label(run, e))
         there = ui.episode_link(key, run, pick)

@@ -2,24 +2,10 @@
 seeds, and how far back retrieval reaches."""
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
-from dashboard import figures, ui, vega_charts
-from loaders import chart_data, paper_measures
-from loaders import analysis_pages as ap
-from loaders import runs_summary
-from loaders.run import Run
-
-
-@ui.cached
-def _progress(runs: list[tuple[str, Run]]) -> tuple[chart_data.SeedBands, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Milestone bands, the per-method summary, the reach table and first-reached steps."""
-    bands = chart_data.progress(runs)
-    ms = ap.measures(runs)
-    firsts = runs_summary.milestone_steps([r for _, r in runs], ui.root())
-    return bands, ap.milestone_summary(ms), paper_measures.reach_table(ms), firsts
-
+from dashboard import figures, ui, vega_charts, views
+from loaders import chart_data, runs_summary
 
 runs, _ = ui.sidebar(())
 if not runs:
@@ -32,16 +18,14 @@ for i, (task, group) in enumerate(groups):
     tag = "" if len(groups) == 1 else f"_{i}"
     if len(groups) > 1:
         st.subheader(f"Task: {ui.md(task)}")
-    bands, table, reach, firsts = _progress(group)
+    bands, table, reach, firsts = views.progress(group, ui.root())
     st.altair_chart(vega_charts.band_chart(bands, screen=True), width="stretch", key=f"progress_chart{tag}")
     ui.figure_downloads(lambda g=group, b=bands: figures.progress_figure(g, series=b), f"progress{tag}", "double")
     st.markdown("**Milestones per method** (mean ± std over seeds)")
     st.dataframe(table, hide_index=True, width="stretch", key=f"progress_table{tag}")
     if len(firsts):
         with st.expander("When each run first reached each milestone"):
-            wide = firsts.pivot_table(index="milestone", columns="run", values="step", aggfunc="min")
-            order = firsts.drop_duplicates("milestone").set_index("milestone")["order"].sort_values()
-            st.dataframe(wide.reindex(order.index), width="stretch", key=f"progress_firsts{tag}")
+            st.dataframe(runs_summary.first_reached(firsts), width="stretch", key=f"progress_firsts{tag}")
     st.markdown("**Reach: age of retrieved episodes**")
     st.caption("For every episode a search returned or an inspection opened: the turn's first step minus the "
                "episode's last step, pooled over seeds. *over_1000*: the share older than 1,000 env steps.")

@@ -10,30 +10,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, ui, vega_charts
+from dashboard import figures, ui, vega_charts, views
 from dashboard.core import clamp_range, format_range
-from loaders import provenance as pv
 from loaders import frame_images, lookups
-from loaders.run import Run
+from loaders import provenance as pv
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
 STRIPS = 4  # linked episodes shown with a frame strip under a picked node (the others are listed)
-
-
-_graph = ui.cached(pv.build_graph, max_entries=16)
-
-
-@ui.cached
-def _view(run: Run, lo: int, hi: int) -> pv.Graph:
-    """The graph of memory written in steps lo..hi."""
-    return pv.view(_graph(run), lo, hi)
-
-
-@ui.cached
-def _detail(run: Run, node_id: str) -> pv.NodeDetail | None:
-    """What the page shows of one node."""
-    return pv.node_detail(run, _graph(run), node_id)
 
 
 _, focus = ui.sidebar(("node", "range", *ui.CURSOR_KEYS))
@@ -44,7 +28,7 @@ st.caption(f"{ui.md_code(key)} · what the agent wrote into its own memory (`min
            "episodes it cites (grey), to the version it revises (dotted), to the episodes that disabled a "
            "procedure (red) and to the episodes a procedure ran in (green). Time runs downwards; click a node.")
 ui.show_problems(key, run)
-full = _graph(run)
+full = views.provenance_graph(run)
 if not full.nodes:
     st.info("This run wrote no memory file (methods without a file memory write none).")
     st.stop()
@@ -53,8 +37,7 @@ if full.problems:
         st.warning("\n".join(f"- {ui.md(p)}" for p in full.problems[:50]))
 
 cursor = ui.cursor_bar(run, ui.cursor(run))
-steps = [n.step for n in full.nodes]
-first, last = min(steps), max(max(steps), lookups.step_bounds(run)[1])
+first, last = pv.step_span(full, lookups.step_bounds(run)[1])
 range_widget = ui.bound("w_prov_range", "range", (first, last), lambda v: clamp_range(v, first, last),
                         format_range, sync=True)
 if last > first:
@@ -63,7 +46,7 @@ lo, hi = st.session_state["w_prov_range"]
 if cursor is not None and st.toggle(f"Up to the time cursor (step {cursor.step})", value=True, key="w_prov_upto",
                                     help="Show the memory written up to the cursor's step only."):
     hi = max(int(lo), min(int(hi), cursor.step))
-g = _view(run, int(lo), int(hi))
+g = views.provenance_view(run, int(lo), int(hi))
 kinds = g.nodes_frame()["kind"].value_counts() if g.nodes else pd.Series(dtype=int)
 st.caption(f"Steps {lo}–{hi}: {g.total} node(s); drawn: {len(g.nodes)} "
            f"({', '.join(f'{v} {k}' for k, v in kinds.items())}) and {len(g.edges)} edge(s).")
@@ -96,7 +79,7 @@ ui.figure_downloads(lambda: figures.provenance_figure(key, run, lo=int(lo), hi=i
                     f"provenance_{figures.file_stem(key)}", "double")
 
 labels = {n.id: f"{n.kind} · step {n.step} · {n.label[:100]}" for n in g.nodes}
-options = [n.id for n in sorted(g.nodes, key=lambda n: (n.step, n.kind))]
+options = [n.id for n in pv.in_order(g.nodes)]
 if node_id and node_id not in labels:
     node = full.node(node_id)
     labels[node_id] = f"{node.kind} · step {node.step} · {node.label[:100]}"
@@ -120,7 +103,7 @@ if picked.aggregate:
                  **ui.goes_to("w_prov_member", "node"))
     st.stop()
 
-d = _detail(run, node_id)
+d = views.provenance_detail(run, node_id)
 n = d.node
 flag = " · **disabled**" if n.disabled else ""
 ended = f" · removed at step {n.ended}" if n.ended is not None else ""

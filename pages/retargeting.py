@@ -4,19 +4,24 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, ui, vega_charts
+from dashboard import figures, ui, vega_charts, views
 from dashboard.core import copy_key, parse_int
 from loaders import analysis_pages as ap
 from loaders import chart_data, frame_images, lookups
 from loaders import turns as tv
-from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, TURN_LEGEND, legend_image, legend_text, outline_groups
+from loaders.frame_compare import (
+    FIND_OUTLINE,
+    TARGET_OUTLINE,
+    TURN_LEGEND,
+    legend_text,
+    outline_groups,
+)
 from loaders.paper_measures import RADIUS
 from loaders.run import Run
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
 FRAMES_MAX = 4  # the Frames page compares at most four frames
-RATES_WIDTH = 560  # each method's row of bars in the rates chart, pixels
 RATES = {"inspect_rate": "retarget rate, inspecting turns", "other_rate": "retarget rate, other turns",
          "near_rate": "share of new targets near", "null_rate": "null rate (random earlier episodes)"}
 
@@ -37,6 +42,7 @@ def _config() -> dict:
             "near": st.column_config.NumberColumn(f"near (≤ {RADIUS:g} cells)")}
 
 
+
 runs, focus = ui.sidebar(("turn",))
 key, run = ui.need_run(focus)
 st.title("Retargeting")
@@ -47,22 +53,21 @@ st.caption(f"Paper §A.4 over the open runs. A turn *retargets* when it names a 
 groups = chart_data.tasks(runs)
 for i, (task, group) in enumerate(groups):
     tag = "" if len(groups) == 1 else f"_{i}"
-    per_run, per_method = ui.cached(ap.retarget_tables)(group)
+    per_run, per_method = views.retarget_tables(group)
     st.subheader("Per method, pooled over seeds" + ("" if len(groups) == 1 else f" · task {ui.md(task)}"))
     st.dataframe(_rates_text(per_method), hide_index=True, width="stretch", column_config=_config(),
                  key=f"rt_methods{tag}")
-    with st.expander(f"Per run ({len(per_run)})", expanded=len(per_run) <= 4):
+    with st.expander(f"Per run ({len(per_run)})", expanded=1 < len(per_run) <= 4):
         st.dataframe(_rates_text(per_run), hide_index=True, width="stretch", column_config=_config(),
                      key=f"rt_runs{tag}")
-    rates = chart_data.retarget_rates(group, per_method)
+    rates = views.retarget_rates(group, per_method)
     if len(rates):
-        st.altair_chart(vega_charts.rates_chart(rates, RATES_WIDTH, screen=True), width="content",
-                        key=f"rt_rates{tag}")
+        st.vega_lite_chart(spec=dict(views.rates_spec(group)), width="content", key=f"rt_rates{tag}")
     ui.figure_downloads(lambda g=group, r=rates: figures.retargeting_figure(g, rates=r), f"retargeting{tag}",
                         "single")
 st.subheader(f"Retarget audit · {ui.md_code(key)}")
 ui.show_problems(key, run)
-table = ui.cached(ap.retarget_turns)(run)
+table = views.retarget_turns(run)
 if not len(table):
     st.info("This run has no retarget turn (no go_to/look_at target outside its plan).")
     st.stop()
@@ -94,24 +99,23 @@ st.selectbox("Retarget turn", choices, format_func=lambda t: labels.get(t, str(t
              **ui.bound("w_rt_turn", "turn", choices[0], lambda v: t if (t := int(v)) in choices else None,
                         sync=True, keep=True))
 turn = int(st.session_state["w_rt_turn"])
-audit = ap.retarget_audit(run, turn)
+audit = views.retarget_audit(run, turn)
 if audit is None:
     st.error(f"Turn {turn} is not in {ui.md_code(key)}.")
     st.stop()
 t = audit.turn
-shots = tv.inspection_shots(ui.cached(tv.turn_view)(run, turn))
+shots = tv.inspection_shots(views.turn_view(run, turn))
+page_of = ui.pages()
 st.markdown(f"**Turn {t.turn}** · life {t.life} · {tv.turn_steps(t.first_step, t.last_step)} · "
             f"policy {ui.md_code(t.policy)}")
-st.page_link(ui.pages()["turns"], label=f"Open turn {t.turn} in Turns (everything about it on one page)",
+st.page_link(page_of["turns"], label=f"Open turn {t.turn} in Turns (everything about it on one page)",
              icon=":material/psychology:", query_params=ui.link_params(turn=t.turn))
 
 left, right = st.columns([1, 1])
 with left:
     st.markdown("**Searched**")
     if audit.searches:
-        st.dataframe(pd.DataFrame([{"query": str(s["query"]), "returned": len(s["returned"]),
-                                    "ids": ", ".join(s["returned"])} for s in audit.searches]),
-                     hide_index=True, width="stretch", key="rt_searches")
+        st.table(ap.searches_table(audit.searches), hide_index=True)
     else:
         st.caption("No index search in this turn.")
     st.markdown(f"**Inspected** ({len(shots)} episode(s))")
@@ -130,40 +134,36 @@ with left:
         hide_index=True, width="stretch", key="rt_targets")
     p1, p2 = st.columns(2)
     p1.markdown("**Plan before**")
-    p1.dataframe(pd.DataFrame(list(t.plan_before), columns=["label", "x", "y"]), hide_index=True,
-                 width="stretch", key="rt_plan_before")
+    p1.table(ap.plan_table(t.plan_before), hide_index=True)
     p2.markdown("**Plan after**")
-    p2.dataframe(pd.DataFrame(list(t.plan_after), columns=["label", "x", "y"]), hide_index=True,
-                 width="stretch", key="rt_plan_after")
+    p2.table(ap.plan_table(t.plan_after), hide_index=True)
 with right:
-    st.altair_chart(vega_charts.retarget_map(lookups.position_at(run, t.first_step, t.life), audit.inspections,
-                                             audit.targets, audit.radius), width="content", key="rt_map")
+    st.vega_lite_chart(spec=dict(views.map_spec(run, turn)), width="content", key="rt_map")
     st.caption(f"Agent (black) when the turn began; inspected episodes' recorded positions (numbered diamonds; "
                f"episodes within {vega_charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle "
                "(none around an inherited episode: its position is the earlier game's, and §A.4 does not count "
                "it); new targets (×, red when near).")
     groups = vega_charts.inspected_groups(audit.inspections)
     if groups:
-        st.dataframe(pd.DataFrame({"#": range(1, len(groups) + 1), "episodes": [", ".join(g[2]) for g in groups],
-                                   "x": [g[0] for g in groups], "y": [g[1] for g in groups]}),
-                     hide_index=True, width="stretch", key="rt_map_labels")
+        st.table(ap.map_labels_table(groups), hide_index=True)
 
 st.markdown("**Frames: what the agent had, beside what it inspected**")
 st.caption("For each inspected episode, the frame that showed the turn's new target; else the decoded frame with "
            "the most finds (the table above says which and why).")
-legend = legend_image(TURN_LEGEND)
+legend = views.outline_legend(TURN_LEGEND)
 st.image(legend, width=legend.shape[1], output_format="PNG")
 st.caption(legend_text(TURN_LEGEND))
-pages = tv.shot_pages(len(shots))
-if ui.qp("shots") and ui.qp("shots") not in {str(i) for i in range(1, len(pages) + 1)}:
+shot_pages = tv.shot_pages(len(shots))
+if ui.qp("shots") and ui.qp("shots") not in {str(i) for i in range(1, len(shot_pages) + 1)}:
     st.warning(f"URL parameter `shots` = {ui.md_code(ui.qp('shots'), 40)} is no page of this turn's "
-               f"{len(pages)} page(s) of inspected episodes: dropped.", icon="🚫")
-if len(pages) > 1:
-    st.selectbox("Inspected episodes shown", range(len(pages)),
-                 format_func=lambda i: f"{pages[i][0] + 1}–{pages[i][1]} of {len(shots)}",
-                 **ui.bound("w_rt_shots", "shots", 0, lambda v: i if 0 <= (i := int(v) - 1) < len(pages) else None,
+               f"{len(shot_pages)} page(s) of inspected episodes: dropped.", icon="🚫")
+if len(shot_pages) > 1:
+    st.selectbox("Inspected episodes shown", range(len(shot_pages)),
+                 format_func=lambda i: f"{shot_pages[i][0] + 1}–{shot_pages[i][1]} of {len(shots)}",
+                 **ui.bound("w_rt_shots", "shots", 0,
+                            lambda v: i if 0 <= (i := int(v) - 1) < len(shot_pages) else None,
                             lambda i: i + 1))
-lo_i, hi_i = pages[int(st.session_state.get("w_rt_shots") or 0)] if pages else (0, 0)
+lo_i, hi_i = shot_pages[int(st.session_state.get("w_rt_shots") or 0)] if shot_pages else (0, 0)
 refs: list[tuple[str, str, Run | None, int | None, str | None, int | None, object]] = [
     (f"had · {sf.label}", key, run, sf.step, sf.episode, None, None)
     for sf in tv.start_frames(run, t.first_step, t.life)]
@@ -181,7 +181,7 @@ for col, (caption, _, holder, step, ep, life, shot) in zip(cols, refs):
         col.warning(ui.md(caption))
         continue
     try:
-        img = ui.frame(holder, step=step, episode=ep, life=life)
+        img = views.frame(holder, step=step, episode=ep, life=life)
         if isinstance(shot, tv.InspectedShot):
             img = outline_groups(img, [([f.tile for f in shot.shown if f.tile and f not in shot.on_target],
                                         FIND_OUTLINE),
@@ -194,6 +194,6 @@ for col, (caption, _, holder, step, ep, life, shot) in zip(cols, refs):
         col.warning(f"{ui.md(caption)}: {ui.md(e)}")
 frames_q = [f"{k}:{ep if ep else step}" for _, k, holder, step, ep, _, _ in refs if holder is not None]
 if frames_q:
-    st.page_link(ui.pages()["frames"], label="Compare these frames in Frames"
+    st.page_link(page_of["frames"], label="Compare these frames in Frames"
                  + (f" (the first {FRAMES_MAX})" if len(frames_q) > FRAMES_MAX else ""), icon=":material/compare:",
                  query_params=ui.link_params(frames=",".join(frames_q[:FRAMES_MAX])))

@@ -143,11 +143,7 @@ ov = overview if shown is runs else runs_summary.runs_overview(shown, root, chec
 c1, c2 = st.columns([2, 3])
 c1.altair_chart(vega_charts.reached_chart(ov), width="stretch", key="reached")
 ms = runs_summary.milestone_steps(shown, root)
-order = []
-for r in shown:
-    if r.manifest:
-        order += [m for m in r.manifest.milestone_order if m not in order]
-order = [m for m in order if m in set(ms["milestone"])] + sorted(set(ms["milestone"]) - set(order))
+order = runs_summary.milestone_order(shown, ms)
 if len(ms):
     c2.altair_chart(vega_charts.milestones_chart(ms, order), width="stretch", key="ms_steps")
 else:

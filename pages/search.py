@@ -7,7 +7,7 @@ from urllib.parse import parse_qsl
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui
+from dashboard import ui, views
 from dashboard.core import split_list
 from loaders import search as sr
 
@@ -40,18 +40,13 @@ if not text.strip():
     st.info("Type a word to search the open runs.")
     st.stop()
 
-corpus = ui.cached(sr.corpus)
-parts = [sr.matches(corpus(r), text, kinds).assign(run=k) for k, r in runs]
-hits = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*sr.COLUMNS, "run"])
+hits = sr.hits_in(((k, views.search_corpus(r)) for k, r in runs), text, kinds)
 counts = hits["kind"].value_counts()
 st.caption(f"{len(hits):,} hit(s) of {ui.md_code(text, 80)} in {len(runs)} open run(s)"
            + (": " + ", ".join(f"{int(counts[k])} {LABELS[k]}" for k in sr.KINDS if k in counts) if len(hits) else "."))
 if not len(hits):
     st.stop()
 
-order = {k: i for i, k in enumerate(sr.KINDS)}
-hits = hits.assign(_k=hits["kind"].map(order)).sort_values(["_k", "step", "turn"], kind="stable").drop(
-    columns="_k").reset_index(drop=True)
 pages = ui.pages()
 open_runs = ui.qp("runs") or ",".join(k for k, _ in runs)
 n_pages = -(-len(hits) // SHOWN)

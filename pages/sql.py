@@ -3,11 +3,10 @@
 limit, a time limit, and row and size limits on the result)."""
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from dashboard import ui
-from loaders.run import TABLE_NAMES
+from loaders.runs_summary import table_sizes
 from loaders.usersql import MAX_BYTES, MAX_ROWS, TIMEOUT_S, memory_text, run_user_query
 
 DEFAULT = "SELECT action_kind, count(*) AS episodes FROM episodes GROUP BY 1 ORDER BY episodes DESC"
@@ -22,9 +21,7 @@ st.caption(f"{ui.md_code(key)} · DuckDB over this run's tables, rebuilt from it
            f"{memory_text()}; stopped after {TIMEOUT_S:g} s, and at most {MAX_ROWS:,} rows and "
            f"{MAX_BYTES / 2**20:g} MB are shown.")
 with st.expander("Tables and columns"):
-    st.dataframe(pd.DataFrame([{"table": t, "rows": len(run.table(t)),
-                                "columns": ", ".join(map(str, run.table(t).columns))} for t in TABLE_NAMES.values()]),
-                 hide_index=True, width="stretch", key="sql_tables")
+    st.dataframe(table_sizes(run), hide_index=True, width="stretch", key="sql_tables")
 st.text_area("Query", height=140, **ui.bound("w_sql", "q", DEFAULT, fmt=str.strip))
 query = st.session_state["w_sql"].strip()
 if query:

@@ -1,27 +1,14 @@
 """Steps per turn: rolling median of env steps between model calls, per method, seeds as a band."""
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
-from dashboard import figures, ui, vega_charts
+from dashboard import figures, ui, vega_charts, views
 from dashboard.core import parse_int
-from loaders import analysis_pages as ap
-from loaders import chart_data, paper_measures
-from loaders.run import Run
+from loaders import chart_data
 
 WINDOWS = (5, 10, 25, 50, 100)
 DEFAULT_WINDOW = 25
-
-
-@ui.cached
-def _series(runs: list[tuple[str, Run]], window: int) -> tuple[chart_data.SeedBands, pd.DataFrame]:
-    """Seed bands of the rolling median, and the interaction table pooled over seeds."""
-    bands = chart_data.steps_per_turn(runs, window)
-    pooled = paper_measures.interaction_table(ap.measures(runs))
-    if len(pooled):
-        pooled["calls_by_tool"] = [", ".join(f"{k}: {v}" for k, v in d.items()) for d in pooled["calls_by_tool"]]
-    return bands, pooled
 
 
 runs, _ = ui.sidebar(("window",))
@@ -41,7 +28,7 @@ for i, (task, group) in enumerate(groups):
     tag = "" if len(groups) == 1 else f"_{i}"
     if len(groups) > 1:
         st.subheader(f"Task: {ui.md(task)}")
-    series, pooled = _series(group, window)
+    series, pooled = views.steps_per_turn(group, window)
     shade = series.shade
     if not len(series.bands):
         st.info("No open run of this task records turns.")

@@ -1,22 +1,19 @@
 """Timeline: episodes over env steps, one lane per life, with marks; episode details and frames."""
 from __future__ import annotations
 
-import altair as alt
 import streamlit as st
 
-from dashboard import figures, ui, vega_charts
+from dashboard import figures, ui, vega_charts, views
 from dashboard.core import clamp_range, format_range, parse_int
-from dashboard.theme import STATUS_LABELS
 from dashboard.scrubber import LABEL, frame_scrubber
+from dashboard.theme import STATUS_LABELS
+from loaders import agent_calls, chart_data, frame_images, lookups, runs_summary, timeline_data
 from loaders import cursor as cur
 from loaders import notes as notes_mod
-from loaders import agent_calls, frame_images, lookups, runs_summary, timeline_data
 from loaders.inherited import episode_label, is_inherited
-from loaders.run import Run
-from loaders.scrubber import episode_scrub
 from mfm.boundary import UnsafePath
-from mfm.schema import IndexRow
 from mfm.memory.retrieval import FrameError
+from mfm.schema import IndexRow
 
 
 def _fmt(v: float | None) -> str:
@@ -80,19 +77,11 @@ elif ep_id and (held := run.episode(ep_id)) is not None:
     ui.set_cursor(cur.episode_start(held))
 step = parse_int(ui.qp("step"))
 
-view = ui.timeline(run, lo, hi, color_by)
+view = views.timeline(run, lo, hi, color_by)
 bars, marks = view.bars, view.marks
 sel = run.episode(ep_id) if ep_id else None
-
-
-def _chart(r: Run, lo: int, hi: int, color_by: str, ep: str | None, step: int | None,
-           span: tuple[int, int, int] | None) -> alt.VConcatChart | alt.LayerChart:
-    """The page's chart, built once per run version and view (kept, not copied: only read)."""
-    return vega_charts.timeline_chart(ui.timeline(r, lo, hi, color_by), ep, step, span)
-
-
-fig = ui.cached(_chart, max_entries=16, shared=True)(
-    run, lo, hi, color_by, ep_id, step, (sel.first_step, sel.last_step, sel.life) if sel else None)
+fig = views.timeline_chart(run, lo, hi, color_by, ep_id, step,
+                           (sel.first_step, sel.last_step, sel.life) if sel else None)
 points = len(bars) + len(marks) + len(view.vital_lines)
 
 
@@ -119,7 +108,7 @@ st.caption(f"Steps {lo}–{hi}: {int(bars['count'].sum()) if len(bars) else 0} e
            "Click a bar to open its episode.")
 
 eps = run.episodes()
-in_range = eps[(eps["last_step"] >= lo) & (eps["first_step"] <= hi)]
+in_range = timeline_data.episodes_in_range(eps, lo, hi)
 options = list(in_range["id"].head(ui.LISTED))
 if ep_id and ep_id not in options:
     options = [ep_id] + options
@@ -163,12 +152,7 @@ with left:
         st.markdown("**Events.**\n" + "\n".join(f"- {ui.md(e)}" for e in row.events))
     if row.note:
         st.markdown(f"**Note.** {ui.md(row.note)}")
-    ev = marks
-    if len(marks):
-        decision = marks["kind"].isin(timeline_data.DECISION_KINDS)
-        during = (marks["step"] > row.first_step) & (marks["step"] <= row.last_step)
-        before = (marks["step"] >= row.first_step) & (marks["step"] < row.last_step)
-        ev = marks[(marks["life"] == row.life) & ((decision & before) | (~decision & during))]
+    ev = chart_data.episode_marks(marks, row.first_step, row.last_step, row.life)
     if len(ev):
         st.markdown("**Marks in this episode.**")
         st.dataframe(ev[["step", "kind", "label"]].assign(label=ev["label"].str.replace("<br>", " · ")),
@@ -219,8 +203,6 @@ if row.frames:
         st.error(f"Frames of {ui.md(ep_id)} cannot be shown: {ui.md(e)}")
 
 
-scrub_data = ui.cached(episode_scrub, max_entries=16)
-
 
 @st.fragment
 def _scrubber(row: IndexRow) -> None:
@@ -230,7 +212,7 @@ def _scrubber(row: IndexRow) -> None:
     URL and the link below in step."""
     own, hi_s = row.first_step + 1, row.first_step + row.frames
     try:
-        start, frames, captions = scrub_data(run, row.id, BACK_STEPS)
+        start, frames, captions = views.episode_scrub(run, row.id, BACK_STEPS)
     except (FrameError, UnsafePath) as e:
         st.error(f"Frames of {ui.md(row.id)} cannot be shown: {ui.md(e)}")
         return

@@ -6,19 +6,25 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui
+from dashboard import ui, views
 from dashboard.core import copy_key, parse_int
 from dashboard.scrubber import frame_scrubber
 from loaders import cursor as cur
 from loaders import notes as notes_mod
 from loaders import turns as tv
-from loaders.frame_compare import FIND_OUTLINE, TARGET_OUTLINE, TURN_LEGEND, legend_image, legend_text, outline_groups
+from loaders.frame_compare import (
+    FIND_OUTLINE,
+    TARGET_OUTLINE,
+    TURN_LEGEND,
+    legend_text,
+    outline_groups,
+)
 from loaders.frame_images import upscale
-from loaders.scrubber import steps_scrub
 from mfm.boundary import UnsafePath
 from mfm.memory.retrieval import FrameError
 
 NAV_LABELS = {"retarget": "retargeting turn", "failed": "failed turn", "death": "death"}
+
 
 _, focus = ui.sidebar(("turn", *ui.CURSOR_KEYS))
 key, run = ui.need_run(focus)
@@ -27,7 +33,8 @@ st.caption("One decision at a time: what the agent had when the turn began, what
            "wrote, how its plan changed, which targets it chose and what came of them. Step through every turn, "
            "or only the retargeting ones, the failed ones, the deaths.")
 ui.show_problems(key, run)
-numbers = ui.cached(tv.turn_numbers)(run)
+menu = views.turn_menu(run)
+numbers = menu.numbers
 if not numbers:
     st.info("This run recorded no turns (a foreign format, or a run that has not decided yet).")
     st.stop()
@@ -52,14 +59,11 @@ if cursor is not None:
                     f"turn {numbers[0]}.")
 elif want is not None:
     ui.set_cursor(cur.turn_start(by_number[want]))
-kinds = ui.cached(tv.turn_kinds)(run)
-flags = {int(r.turn): [k for k in tv.NAV_KINDS if getattr(r, k)] for r in kinds.itertuples()}
-st.selectbox("Turn", numbers,
-             format_func=lambda t: f"turn {t}" + (f" · {', '.join(flags[t])}" if flags.get(t) else ""),
+st.selectbox("Turn", numbers, format_func=lambda t: menu.labels.get(t, f"turn {t}"),
              **ui.bound("w_turn", "turn", numbers[0], lambda v: t if (t := int(v)) in numbers else None, sync=True,
                         keep=True, also=lambda t: cur.turn_start(by_number[t]).params() if t in by_number else {}))
 turn = int(st.session_state["w_turn"])
-nav = tv.navigation(kinds, turn)
+nav = tv.navigation(menu.kinds, turn)
 
 
 def _go(n: int) -> None:
@@ -76,7 +80,7 @@ for start in range(0, len(buttons), 4):
         col.button(label, key=f"nav_{label}", disabled=n is None, on_click=_go, args=(n,),
                    help=None if n is None else f"turn {n}", width="stretch")
 
-v = ui.cached(tv.turn_view)(run, turn)
+v = views.turn_view(run, turn)
 if v is None:
     st.error(f"Turn {turn} is not in {ui.md_code(key)}.")
     st.stop()
@@ -89,13 +93,16 @@ ui.show_notes([n for n in notes_mod.at(ui.root_notes().notes, key, turn=v.turn, 
 ui.note_form("note_turn", key, "turn", f"turn {v.turn}", turn=v.turn, life=v.life, step=v.first_step)
 
 
+page_of = ui.pages()
+
+
 def _num(v: object, spec: str, unit: str = "") -> str:
     """A number of a model request as text ("—" when not recorded)."""
     return "—" if not isinstance(v, (int, float)) or pd.isna(v) else f"{unit}{v:{spec}}"
 
 
 def _frame(step: int | None = None, episode: str | None = None):
-    return ui.frame(run, step=step, episode=episode)
+    return views.frame(run, step=step, episode=episode)
 
 
 left, right = st.columns([2, 3])
@@ -124,7 +131,7 @@ with right:
 if v.last_step > v.first_step:
     st.markdown("**The turn's steps, frame by frame**")
     try:
-        start, frames, captions = ui.cached(steps_scrub, max_entries=16)(run, v.first_step + 1, v.last_step, v.life)
+        start, frames, captions = views.turn_frames(run, v.first_step + 1, v.last_step, v.life)
         if frames:
             now = parse_int(ui.qp("step"))
             at = now if now is not None and start <= now < start + len(frames) else start
@@ -157,7 +164,7 @@ def _thumbs(ids: tuple[str, ...]) -> None:
     imgs, caps, missing = [], [], []
     for e in ids:
         try:
-            imgs.append(upscale(ui.episode_frame(run, e), 96))
+            imgs.append(upscale(views.episode_frame(run, e), 96))
             caps.append(ui.md(e))
         except (FrameError, UnsafePath, KeyError):
             missing.append(e)
@@ -177,14 +184,14 @@ def _write(w: tv.WriteView) -> None:
                      column_config=tv.DIFF_CONFIG)
     else:
         st.caption("(no textual change)")
-    st.page_link(ui.pages()["memory"], label=f"Open {ui.md(w.path)} as of step {w.as_of} in Memory",
+    st.page_link(page_of["memory"], label=f"Open {ui.md(w.path)} as of step {w.as_of} in Memory",
                  icon=":material/description:",
                  query_params=ui.link_params(file=w.path, asof=w.as_of))
 
 
 target_cells = {(t.x, t.y) for t in v.targets}
 if any(c.tool == "inspect" for c in v.calls):
-    legend = legend_image(TURN_LEGEND)
+    legend = views.outline_legend(TURN_LEGEND)
     st.image(legend, width=legend.shape[1], output_format="PNG")
     st.caption(legend_text(TURN_LEGEND))
 for c in v.calls:
@@ -210,7 +217,7 @@ for c in v.calls:
                            f"({ui.md_code(copy_key(key))}).")
             for fr in shown_frames:
                 try:
-                    img = ui.episode_frame(run, c.episode, step=fr.step) if c.episode else _frame(fr.step)
+                    img = views.episode_frame(run, c.episode, step=fr.step) if c.episode else _frame(fr.step)
                 except (FrameError, UnsafePath) as e:
                     st.caption(f"step {fr.step}: {ui.md(e)}")
                     continue
@@ -267,11 +274,7 @@ for w in v.other_writes:
 
 st.markdown("### Targets")
 if v.targets:
-    st.dataframe(pd.DataFrame([{
-        "kind": t.kind, "x": t.x, "y": t.y, "in plan": t.in_plan, "new (retarget)": t.new,
-        "near an inspected episode": t.near or "", "nearest (cells)": t.distance,
-        "seen in inspections of": ", ".join(t.seen_in)} for t in v.targets]), hide_index=True, width="stretch",
-        key="turn_targets")
+    st.table(tv.targets_table(v.targets), hide_index=True)
     for t in v.targets:
         st.markdown(f"- {ui.md(t.kind)} ({t.x:g}, {t.y:g}): " + ("**new target**" if t.new else "in the plan")
                     + (f", near {ui.md(t.near)} ({t.distance} cells)" if t.near else "")
@@ -281,15 +284,13 @@ else:
 
 st.markdown("### Episodes produced")
 if v.episodes:
-    st.dataframe(pd.DataFrame([{"episode": e.id, "action": e.action_kind, "steps": f"{e.first_step}–{e.last_step}",
-                                "outcome": e.outcome, "death": e.died or "", "summary": e.summary}
-                               for e in v.episodes]), hide_index=True, width="stretch", key="turn_episodes")
+    st.table(tv.episodes_table(v.episodes), hide_index=True)
     links = st.columns(min(4, len(v.episodes) * 2))
     for i, e in enumerate(v.episodes[:2]):
-        links[2 * i].page_link(ui.pages()["timeline"], label=f"{ui.md(e.id)} in Timeline",
+        links[2 * i].page_link(page_of["timeline"], label=f"{ui.md(e.id)} in Timeline",
                                icon=":material/view_timeline:", query_params=ui.link_params(ep=e.id))
         if e.outcome in tv.FAILED_OUTCOMES or e.died:
-            links[2 * i + 1].page_link(ui.pages()["failures"], label=f"{ui.md(e.id)} in Failures",
+            links[2 * i + 1].page_link(page_of["failures"], label=f"{ui.md(e.id)} in Failures",
                                        icon=":material/report:", query_params=ui.link_params(ep=e.id))
 else:
     st.caption("The turn produced no episode.")

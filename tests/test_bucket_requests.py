@@ -54,13 +54,13 @@ def fresh_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def cold(monkeypatch: pytest.MonkeyPatch, where: Path) -> None:
     """Start again as a new reader: another empty mirror, nothing remembered in memory."""
-    from loaders import remote
+    from loaders.remote import listing, mirror, packs
 
     monkeypatch.setenv("MFM_REMOTE_DIR", str(where))
-    remote._seen.clear()
-    remote._entries.clear()
-    remote._listings.clear()
-    remote._packs.clear()
+    mirror._seen.clear()
+    listing._entries.clear()
+    listing._listings.clear()
+    packs._packs.clear()
 
 
 def keys(n) -> list[str]:
@@ -299,7 +299,7 @@ def test_the_neighbouring_episodes_strips_are_prefetched(s3, synth: Path, tmp_pa
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Showing a frame brings, in the background, the strips a step to either side of its
     episode shows; the frame a step past the episode's end is then served with no request."""
-    from loaders import remote
+    from loaders.remote import prefetch
     from loaders.run import open_run
     from mfm.memory import packed
 
@@ -315,7 +315,7 @@ def test_the_neighbouring_episodes_strips_are_prefetched(s3, synth: Path, tmp_pa
                and rows[i - 1]["last_step"] == rows[i]["first_step"])
     here, after, before = rows[mid], rows[mid + 1], rows[mid - 1]
     r.frame(here["first_step"] + 1)
-    remote.prefetch_wait()
+    prefetch.prefetch_wait()
     monkeypatch.setenv("MFM_PREFETCH", "0")
     for step in (after["first_step"] + 1, before["last_step"]):
         with counting() as n:

@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, open_app, use_root, vega_data, write_run
 from dashboard import figures
 from loaders.compare import report
+from loaders.run import open_run
 from mfm.cli import main
 
 pytestmark = pytest.mark.slow  # renders ~150 files (SVG, PDF, PNG); the quick screen/print checks: test_chart_data
@@ -177,3 +178,19 @@ def test_a_figure_with_nothing_to_draw_says_so_rather_than_fitting_forever(tmp_p
     with pytest.raises(ValueError, match="any data to draw"):
         figures.save(figures.progress_figure([]), tmp_path, "single")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_two_methods_on_the_same_values_both_stay_visible(tmp_path: Path) -> None:
+    """Two methods whose runs reached the same milestones at the same steps draw one path twice:
+    the later path is narrower than the earlier, so the earlier colour shows on both sides of it."""
+    for method in ("mfm", "vista"):
+        write_run(tmp_path / method, episodes=12, seed=0)
+        _patch_manifest(tmp_path / method, task="diamond", method=method, seed=0)
+    runs = [(m, open_run(tmp_path / m)) for m in ("mfm", "vista")]
+    svg = ET.fromstring(figures.render(figures.progress_figure(runs, "single"), "svg"))
+    lines = [(p.get("d"), p.get("stroke"), float(p.get("stroke-width", 1))) for p in svg.iter("{http://www.w3.org/2000/svg}path")
+             if p.get("aria-roledescription") == "line mark"]
+    shared = [(a, b) for i, a in enumerate(lines) for b in lines[i + 1:] if a[0] == b[0] and a[1] != b[1]]
+    assert shared, lines
+    for (_, _, first), (_, _, later) in shared:
+        assert later < first

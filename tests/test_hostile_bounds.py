@@ -348,7 +348,7 @@ def test_oversize_objects_are_refused_before_download(s3, small_bounds: None, sm
     strip, an episode record) is never downloaded (no GET of it reaches the server, no file
     of it in the mirror, no ``.part`` left): it is one error naming the key, the run opens
     with everything else, and every run of the root is listed."""
-    from loaders.remote import mirror_dir
+    from loaders.remote.mirror import mirror_dir
     from loaders.run import open_run, open_runs
     from loaders.runs_summary import runs_overview
     from mfm.memory.retrieval import FrameError
@@ -427,7 +427,8 @@ def test_a_key_that_is_both_an_object_and_a_folder_is_one_problem(s3, small_run:
     file is left in the mirror."""
     import numpy as np
 
-    from loaders.remote import mirror_dir, validate_remote
+    from loaders.remote.mirror import mirror_dir
+    from loaders.remote.validate import validate_remote
     from loaders.run import open_runs
     from loaders.runs_summary import runs_overview
     from mfm.validate import validate
@@ -476,7 +477,7 @@ def test_part_files_left_by_a_dead_process_are_removed(s3, small_run: Path) -> N
     """``.part`` files and folders that a process killed mid-download left in the mirror
     (named for a process that is gone) are removed when a process next brings the run up to
     date; the run then reads whole."""
-    from loaders.remote import mirror_dir
+    from loaders.remote.mirror import mirror_dir
     from loaders.run import find_runs
 
     b = "hb-stale"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import loaders.fastread
+import mfm.run_reader
 import mfm.validate
 from conftest import REPO
 from loaders import cachedread, tablecache
@@ -70,12 +71,13 @@ def test_a_missing_extra_is_one_line(argv, extra, hidden, monkeypatch, capsys):
 
 
 def test_the_table_cache_key_reads_every_rule_source():
-    """After the move to loaders/ the cache key still hashes the schema, the validator, the
-    fast path, the cached reader and the cache itself (a missing file would be hashed by name)."""
+    """After the move to loaders/ the cache key still hashes the schema, the run reader, the
+    validator, the fast path, the cached reader and the cache itself (a missing file would be
+    hashed by name)."""
     names = [p.name for p in tablecache.rule_sources()]
-    assert names == ["schema.py", "validate.py", "fastread.py", "cachedread.py", "tablecache.py"]
+    assert names == ["schema.py", "run_reader.py", "validate.py", "fastread.py", "cachedread.py", "tablecache.py"]
     assert all(p.is_file() for p in tablecache.rule_sources())
-    assert tablecache.rule_sources()[1] == Path(mfm.validate.__file__)
+    assert tablecache.rule_sources()[1:3] == [Path(mfm.run_reader.__file__), Path(mfm.validate.__file__)]
 
 
 def damaged(tmp_path: Path) -> Path:

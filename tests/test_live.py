@@ -14,8 +14,8 @@ import streamlit as st
 
 from conftest import manifest, open_app as app, texts, use_root, write_run
 from dash_browser import SHOTS, dashboard, needs_browser, settle, url
-from loaders.live import LiveRuns, LiveSource, changed_files, needs_refresh, table_stats, watch_key
-from loaders.run import STALE_SECONDS, TABLE_NAMES
+from loaders.live import LiveSource, changed_files, needs_refresh, table_stats, watch_key
+from loaders.run import REGISTRY, STALE_SECONDS, TABLE_NAMES, open_run
 from mfm.memory import RunWriter, run_writer
 from mfm.schema import GridRow, MilestoneRow, StepRow, TurnRow
 
@@ -78,8 +78,7 @@ def test_only_changed_tables_are_parsed_again(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(run_writer, "MANIFEST_EVERY_S", 0.0)
     g = GrowingRun(tmp_path / "run")
     g.add(3)
-    live = LiveRuns()
-    first = live.get(g.dir)
+    first = open_run(g.dir)
     assert isinstance(first.source, LiveSource) and first.status == "running"
     before = load_all(first)
     parses = dict(first.source.parses)
@@ -87,11 +86,11 @@ def test_only_changed_tables_are_parsed_again(tmp_path: Path, monkeypatch: pytes
     stats = table_stats(g.dir)
 
     g.add(2)
-    assert live.get(g.dir) is not first
-    second = live.get(g.dir)
+    assert open_run(g.dir) is not first
+    second = open_run(g.dir)
     grown = {"run.json", "index.jsonl", "steps.jsonl", "grid.jsonl", "turns.jsonl"}
     assert set(changed_files(stats, table_stats(g.dir))) == grown
-    change = live.changes[str(g.dir.resolve())]
+    change = REGISTRY.changes[str(g.dir.resolve())]
     assert set(change.files) == grown
     assert set(change.tables) == {"episodes", "steps", "grid", "turns"}
     parsed_now = {f: n - parses[f] for f, n in second.source.parses.items() if n != parses[f]}
@@ -104,8 +103,8 @@ def test_only_changed_tables_are_parsed_again(tmp_path: Path, monkeypatch: pytes
     assert list(after["steps"]["step"]) == list(range(1, 16))
 
     g.add(1, milestone="collect_wood")
-    third = live.get(g.dir)
-    assert "milestones.jsonl" in live.changes[str(g.dir.resolve())].files
+    third = open_run(g.dir)
+    assert "milestones.jsonl" in REGISTRY.changes[str(g.dir.resolve())].files
     assert list(third.milestones()["name"]) == ["collect_wood"]
     assert third.table("lives") is before["lives"]
 
@@ -113,32 +112,30 @@ def test_only_changed_tables_are_parsed_again(tmp_path: Path, monkeypatch: pytes
 def test_a_half_written_line_is_skipped_until_it_is_complete(tmp_path: Path) -> None:
     g = GrowingRun(tmp_path / "run")
     g.add(2)
-    live = LiveRuns()
-    steps = len(live.get(g.dir).steps())
+    steps = len(open_run(g.dir).steps())
     line = (g.dir / "steps.jsonl").read_text().splitlines()[-1].replace('"step":6,', '"step":7,')
     with open(g.dir / "steps.jsonl", "a") as f:
         f.write(line[:25])
-    run = live.get(g.dir)
+    run = open_run(g.dir)
     assert len(run.steps()) == steps
     assert any(p.file == "steps.jsonl" and "truncated last line" in p.message for p in run.problems)
     with open(g.dir / "steps.jsonl", "a") as f:
         f.write(line[25:] + "\n")
-    run = live.get(g.dir)
+    run = open_run(g.dir)
     assert len(run.steps()) == steps + 1 and not run.problems
 
 
 def test_a_run_that_stops_is_read_in_full_and_its_status_changes(tmp_path: Path) -> None:
     g = GrowingRun(tmp_path / "run")
     g.add(2)
-    live = LiveRuns()
-    running = live.get(g.dir)
+    running = open_run(g.dir)
     shown = {"run": watch_key(running)}
-    assert needs_refresh(shown, {"run": watch_key(live.get(g.dir))}) == []
+    assert needs_refresh(shown, {"run": watch_key(open_run(g.dir))}) == []
     g.close("interrupted")
-    stopped = live.get(g.dir)
+    stopped = open_run(g.dir)
     assert not isinstance(stopped.source, LiveSource), "a stopped run gets every check again"
     assert stopped.status == "interrupted"
-    change = live.changes[str(g.dir.resolve())]
+    change = REGISTRY.changes[str(g.dir.resolve())]
     assert (change.status_before, change.status_after) == ("running", "interrupted")
     assert needs_refresh(shown, {"run": watch_key(stopped)}) == ["run"]
 
@@ -194,7 +191,7 @@ def test_a_running_run_gone_quiet_is_shown_crashed(live_root: tuple[Path, Growin
     at.run()
     assert not [c.value for c in at.caption if "● live" in c.value]
     assert any("stopped being written: ● running → ✗ crashed" in i.value for i in at.info)
-    assert LiveRuns().get(g.dir).status == "crashed"
+    assert open_run(g.dir).status == "crashed"
 
 
 @needs_browser

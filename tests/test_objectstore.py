@@ -166,7 +166,7 @@ def test_validate_reads_a_bucket_as_it_reads_a_disk(s3, tmp_path: Path) -> None:
 def test_keys_that_climb_out_stay_out_of_the_mirror(s3, tmp_path: Path) -> None:
     """Object keys holding ``..`` segments (possible in S3) never become files outside the
     mirror: listing, opening and reading a frame of such a run write only under it."""
-    from loaders.remote import mirror_dir
+    from loaders.remote.mirror import mirror_dir
     from loaders.run import find_runs, open_run
 
     b = bucket(s3, "hostile")
@@ -187,7 +187,7 @@ def test_the_dashboard_opens_a_bucket(s3, monkeypatch: pytest.MonkeyPatch) -> No
     """The dashboard (AppTest) on an ``s3://`` root: the Runs page lists the bucket's runs (by
     a raw listing), and the Timeline and Frames pages draw one of them."""
     from conftest import open_app, texts, use_root
-    from loaders.remote import mirror_dir
+    from loaders.remote.mirror import mirror_dir
 
     b = bucket(s3, "dash")
     for name in ("a/diamond_mfm_s2", "b/diamond_direct_s2_2500steps"):

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from loaders import open_run
-from loaders.run import _CACHE
+from loaders.run import REGISTRY
 
 from conftest import WrittenRun
 
 
 def test_summary_of_an_unopened_run_reads_no_table(written_run: WrittenRun):
-    _CACHE.clear()
+    REGISTRY.clear()
     run = open_run(written_run.dir)
     s = run.summary()
     assert not run.loaded

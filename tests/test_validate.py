@@ -251,3 +251,47 @@ def test_missing_and_empty_tables_are_an_empty_run_not_an_error(written_run, tmp
     (run / "turns.jsonl").write_bytes(b"")
     c = validate(run)
     assert c.errors == [] and c.tables["grid.jsonl"] == [] and c.tables["turns.jsonl"] == []
+
+
+def test_the_core_takes_columns_as_plain_arrays_not_only_dataframes(written_run, tmp_path):
+    """The core reader asks a table read as columns only for a column by its name
+    (``mfm.run_reader.ColumnTable``): a reader handing over a ``dict`` of numpy arrays (no
+    pandas) gives the same problems and records as the tolerant reader, through every check
+    that reads columns (a seen row naming no indexed episode, the step budget, a missing
+    episode folder)."""
+    import dataclasses
+
+    import numpy as np
+
+    import mfm.validate
+    from mfm.run_reader import TableRead, read_one_table, read_run
+
+    run = _damage(written_run, tmp_path)
+    manifest = json.loads((run / "run.json").read_text())
+    manifest["step_budget"] = 7
+    (run / "run.json").write_text(json.dumps(manifest))
+    with (run / "seen.jsonl").open("a") as f:
+        f.write(json.dumps({"episode": "ep_000002", "life": 0, "first_step": 1, "last_step": 5,
+                            "material": "tree", "cells": [[1, 2]]}) + "\n")
+        f.write(json.dumps({"episode": "ep_000090", "life": 0, "first_step": 1, "last_step": 5,
+                            "material": "tree", "cells": [[1, 2]]}) + "\n")
+    shutil.rmtree(run / json.loads((run / "index.jsonl").read_text().splitlines()[4])["path"])
+    as_columns = ("index.jsonl", "steps.jsonl", "seen.jsonl")
+
+    def arrays(path: Path, name: str) -> TableRead:
+        t = read_one_table(path, name)
+        if name not in as_columns or t.problems or not t.records:
+            return t
+        fields = [f.name for f in dataclasses.fields(type(t.records[0]))]
+        cols = {k: np.array([getattr(r, k) for r in t.records], dtype=object) for k in fields}
+        return TableRead(t.records, t.lines, (), cols)
+
+    plain = mfm.validate.validate(run)
+    fast = mfm.validate.validate(run, read=arrays)
+    assert sorted(fast.columns) == sorted(as_columns) and all(type(c) is dict for c in fast.columns.values())
+    assert fast.problems == plain.problems
+    messages = " | ".join(p.message for p in plain.problems)
+    assert "exceeds the budget 7" in messages and "ep_000090 is not in index.jsonl" in messages
+    assert "is missing" in messages
+    assert {k: list(v) for k, v in fast.tables.items()} == {k: list(v) for k, v in plain.tables.items()}
+    assert read_run(run, read=arrays).problems == read_run(run).problems

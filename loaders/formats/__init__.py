@@ -12,7 +12,8 @@ from typing import Callable
 
 from loaders.formats.crafter_recorder import RecorderSource
 from loaders.formats.mfm_export import ExportSource
-from loaders.remote import RUN_MARK, RemoteSource
+from loaders.remote.mirror import RUN_MARK
+from loaders.remote.source import RemoteSource
 from loaders.sources import DirSource, Source
 
 

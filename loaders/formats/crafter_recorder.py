@@ -31,9 +31,9 @@ from loaders.formats.mfm_export import MAX_INT
 from loaders.sources import inferred_manifest
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import MAX_PIXELS, EpisodeRecord, FrameError
+from mfm.run_reader import RunContents
 from mfm.schema import (MAX_COORD, TABLES, GridRow, IndexRow, LifeEvent, MilestoneRow, NotRegularFile, Problem, StepRow,
                         check_regular, episode_id)
-from mfm.validate import RunContents
 
 SEGMENT = 50
 VITALS = ("health", "food", "drink", "energy")

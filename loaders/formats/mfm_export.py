@@ -30,9 +30,9 @@ from mfm.boundary import UnsafePath, inside, read_json
 from mfm.memory.agent_memory import sha256
 from mfm.memory.index import EpisodeIndex
 from mfm.memory.retrieval import EpisodeRecord, FrameError, read_png
+from mfm.run_reader import RunContents
 from mfm.schema import (GRID_KINDS, GridRow, IndexRow, JSONError, MemoryWrite, MilestoneRow, Problem, Record,
                         RunManifest, SchemaError, TurnRow, check_field, parse_json, plain_relative)
-from mfm.validate import RunContents
 
 DATA = "data.json"
 MAX_BYTES = 256 << 20
