@@ -35,9 +35,9 @@ area repainting:
    page);
 4. the main area has stopped repainting: a change to a grid canvas's size, to a Vega
    chart's SVG (its marks redrawn, e.g. when its data arrive after the first empty
-   render) or an image's ``load`` restarts the quiet window. What Glide writes *inside* a
-   grid canvas (its accessibility table, fallback content that is never painted, ~300 ms
-   after the grid is drawn) is not a repaint and does not count.
+   render), a grid canvas added, or an image's ``load`` restarts the quiet window. What
+   Glide writes *inside* a grid canvas (its accessibility table, fallback content that is
+   never painted, ~300 ms after the grid is drawn) is not a repaint and does not count.
 
 The time reported is that frame's time minus the action's: the navigation start for a
 page opened by its URL (``performance.timeOrigin``: request, HTML, scripts, the websocket,
@@ -141,7 +141,10 @@ WATCH = """
     for (const c of changes) {
       const t = c.target.nodeType === 1 ? c.target : c.target.parentElement;
       if (!t || !t.closest) continue;
-      if (c.type === 'attributes' && t.matches('canvas[data-testid="data-grid-canvas"]')) m.table = now;
+      const grid = 'canvas[data-testid="data-grid-canvas"]';
+      if (c.type === 'attributes' && t.matches(grid)) m.table = now;
+      else if (c.type === 'childList' && !t.matches(grid)
+               && [...c.addedNodes].some((n) => n.nodeType === 1 && (n.matches(grid) || n.querySelector(grid)))) m.table = now;
       else if (t.closest('[data-testid="stVegaLiteChart"] svg.marks')) m.chart = now;
     }
   }).observe(document, {subtree: true, childList: true, attributes: true,
@@ -194,13 +197,14 @@ PAINTED = """
 COUNT = """
 () => {
   const main = document.querySelector('[data-testid="stMain"]');
-  if (!main) return {tables: 0, charts: 0, images: 0};
+  if (!main) return {tables: 0, grids: 0, charts: 0, images: 0};
   const n = (sel) => [...main.querySelectorAll(sel)].filter((e) => e.checkVisibility({visibilityProperty: true})).length;
-  return {tables: n('[data-testid="stDataFrame"], [data-testid="stTable"]'),
+  return {tables: n('[data-testid="stDataFrame"], [data-testid="stTable"]'), grids: n('[data-testid="stDataFrame"]'),
           charts: n('[data-testid="stVegaLiteChart"], [data-testid="stPlotlyChart"]'), images: n('img')};
 }
 """
-"""The shown tables, charts and images of the main area (what a drawn page waited for)."""
+"""The shown tables (``grids``: those of them that are Glide data grids, drawn on a canvas),
+charts and images of the main area (what a drawn page waited for)."""
 
 ARM = """
 ({event, quiet, timeout, needRun, image, old}) => {
@@ -411,7 +415,7 @@ def _figure(r: dict, t0: float) -> dict:
     """What :func:`_wait_drawn` saw, as times (ms) since the action at ``t0``."""
     rel = (lambda t: None if t is None else t - t0)
     return {"ms": r["drawn"] - t0, "script_ms": rel(r["script"]), "script_runs": r["runs"],
-            "tables": r["tables"], "charts": r["charts"], "images": r["images"],
+            "tables": r["tables"], "grids": r["grids"], "charts": r["charts"], "images": r["images"],
             "tables_ms": rel(r["table"]), "charts_ms": rel(r["chart"]), "images_ms": rel(r["img"]),
             "waits": [[round(t, 1), why] for t, why in r["waits"]]}
 

@@ -100,7 +100,7 @@ def test_a_first_visit_finds_what_the_start_up_visits_built(tmp_path: Path, page
         assert list(made) == ["runs", *PAGES], m.group(0)
         assert "(" not in m.group("made"), f"a page showed an exception: {m.group(0)}"
         before = _entries(base)
-        for name in ("_live_runs", "chart_data.timeline", "pages/timeline.py", "lookups.lives_of", "pages/grid.py",
+        for name in ("chart_data.timeline", "views._timeline_chart", "lookups.lives_of", "views._grid_map",
                      "build_graph"):
             assert _of(before, name) >= 1, (name, sorted(before))
         page.goto(url(base, "timeline", runs="diamond_direct_s2_2500steps"), wait_until="domcontentloaded")
@@ -108,7 +108,7 @@ def test_a_first_visit_finds_what_the_start_up_visits_built(tmp_path: Path, page
         assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 1
         time.sleep(5.5)  # past the 5 s for which Streamlit reuses its last count
         after = _entries(base)
-        for name in ("chart_data.timeline", "pages/timeline.py"):
+        for name in ("chart_data.timeline", "views._timeline_chart"):
             assert _of(after, name) == _of(before, name), (name, before, after)
     finally:
         stop_group(proc, 10)
