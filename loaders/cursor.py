@@ -42,19 +42,22 @@ def _int(text: str | None) -> int | None:
 
 def life_bounds(run: Run, life: int) -> tuple[int, int] | None:
     """The first and last env step of ``life`` (from its trace rows and its episodes), or None
-    when the run holds nothing of it."""
-    lows, highs = [], []
+    when the run holds nothing of it. Worked out for every life at once, once per run version
+    (``Run.derived``): the sidebar asks on every rerun of every page."""
+    return run.derived("life-bounds", _every_life_bounds).get(int(life))
+
+
+def _every_life_bounds(run: Run) -> dict[int, tuple[int, int]]:
+    """Each life's first and last env step over its trace rows and its episodes."""
+    out: dict[int, tuple[int, int]] = {}
     st = run.steps()
     if len(st):
-        mine = st[st["life"] == life]
-        if len(mine):
-            lows.append(int(mine["step"].min()))
-            highs.append(int(mine["step"].max()))
+        spans = st.groupby("life")["step"].agg(["min", "max"])
+        out = {int(life): (int(lo), int(hi)) for life, lo, hi in zip(spans.index, spans["min"], spans["max"])}
     for r in run.index.rows:
-        if r.life == life:
-            lows.append(r.first_step)
-            highs.append(r.last_step)
-    return (min(lows), max(highs)) if lows else None
+        lo, hi = out.get(r.life, (r.first_step, r.last_step))
+        out[r.life] = (min(lo, r.first_step), max(hi, r.last_step))
+    return out
 
 
 def parse(run: Run, life_text: str | None, step_text: str | None) -> tuple[Cursor | None, list[str]]:

@@ -313,3 +313,19 @@ def test_step_and_region_notes_show_on_the_timeline_and_frames(root: Path) -> No
     (root / ".mfm" / "notes" / "notes.jsonl").open("a").write("{broken\n")
     at = open_app("notes", runs=REACH, run=REACH)
     assert ".mfm/notes/notes.jsonl:3: not JSON" in texts(at)
+
+
+@pytest.mark.parametrize("run_dir", sample_runs(SAMPLES), ids=lambda p: p.name)
+def test_each_lifes_first_and_last_step_are_those_of_its_trace_and_episodes(run_dir: Path) -> None:
+    """``cursor.life_bounds`` against steps.jsonl and index.jsonl read with json: the smallest and
+    largest step of each life's trace rows and episode spans; None for a life the run lacks."""
+    run = open_run(run_dir)
+    spans: dict[int, list[int]] = {}
+    for row in jsonl(run_dir / "steps.jsonl"):
+        spans.setdefault(row["life"], []).append(row["step"])
+    for row in jsonl(run_dir / "index.jsonl"):
+        spans.setdefault(row["life"], []).extend([row["first_step"], row["last_step"]])
+    assert spans
+    for life, steps in spans.items():
+        assert cur.life_bounds(run, life) == (min(steps), max(steps)), life
+    assert cur.life_bounds(run, max(spans) + 1) is None
