@@ -203,8 +203,20 @@ class TurnView:
         return any(t.new for t in self.targets)
 
 
+def turns_by_number(run: Run) -> dict[int, TurnRow]:
+    """Each turn record by its number (the first record of a number written twice), built once
+    per run version (``Run.derived``): the Turns page looks turns up on every rerun."""
+    def build(r: Run) -> dict[int, TurnRow]:
+        out: dict[int, TurnRow] = {}
+        for t in r.records("turns.jsonl"):
+            out.setdefault(t.turn, t)
+        return out
+
+    return run.derived("turns-by-number", build)
+
+
 def _turn(run: Run, turn: int) -> TurnRow | None:
-    return next((t for t in run.records("turns.jsonl") if t.turn == turn), None)
+    return turns_by_number(run).get(turn)
 
 
 def turn_numbers(run: Run) -> list[int]:

@@ -43,7 +43,7 @@ want = parse_int(ui.qp("turn"))
 if want is not None and want not in numbers:
     st.warning(f"Turn {want} from the URL is not in {ui.md_code(key)}; showing turn {numbers[0]}.")
     want = None
-by_number = {t.turn: t for t in run.records("turns.jsonl")}
+by_number = tv.turns_by_number(run)
 cursor = ui.cursor(run)
 if cursor is not None:
     held = by_number.get(want) if want is not None else None
