@@ -19,9 +19,11 @@ Definitions (the paper's appendix A.4, for our turn records):
 """
 from __future__ import annotations
 
+import json
+import logging
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -29,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from loaders.remote.mirror import run_identity
+from mfm.boundary import MAX_JSON_FILE_BYTES
 from mfm.memory import AgentMemory, ContentIndex
 from mfm.memory.consolidation import GUIDE
 from mfm.schema import INHERITED, IndexRow, RunManifest, TurnRow
@@ -217,8 +220,47 @@ class RunMeasures:
         return self.steps / self.turns if self.turns else float("nan")
 
 
+MEASURES = "measures.json"
+"""A compact record's measures of its full run folder (``results/heldout/save_measures.py``)."""
+
+_log = logging.getLogger(__name__)
+
+
+def measures_doc(m: RunMeasures, source: str) -> dict[str, Any]:
+    """``m`` as the JSON object of a :data:`MEASURES` file, naming the folder it was measured from."""
+    return {"measured_from": source, **asdict(m)}
+
+
+def kept_measures(run: Any) -> RunMeasures | None:
+    """The measures a compact record keeps in :data:`MEASURES`, for a run folder without its
+    ``turns.jsonl`` (a compact record holds ``run.json``, milestones and lives only; the turns
+    stayed in the full folder it was measured from). None when the folder has its turns or no
+    such file, or when the file is not a measures object (with a warning naming it)."""
+    folder = getattr(run, "path", None)
+    if not isinstance(folder, Path) or (folder / "turns.jsonl").exists() or not (folder / MEASURES).is_file():
+        return None
+    path = folder / MEASURES
+    try:
+        if path.stat().st_size > MAX_JSON_FILE_BYTES:
+            raise ValueError(f"larger than {MAX_JSON_FILE_BYTES} bytes")
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        doc.pop("measured_from", None)
+        doc.update(retarget=Retargeting(**doc["retarget"]), ages=[(str(a), int(n)) for a, n in doc["ages"]],
+                   ablations=tuple(doc["ablations"]), identity=run_identity(folder))
+        return RunMeasures(**doc)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        _log.warning("%s: not read (%s); the run is measured from its own files", path, e)
+        return None
+
+
 def measure(run: Any) -> RunMeasures:
-    """The measures of a run opened with :func:`loaders.open_run`."""
+    """The measures of a run opened with :func:`loaders.open_run` (a compact record's kept
+    measures when it has them: :func:`kept_measures`)."""
+    kept = kept_measures(run)
+    if kept is not None:
+        return kept
     m: RunManifest = run.manifest
     turns: list[TurnRow] = run.records("turns.jsonl")
     index: list[IndexRow] = run.records("index.jsonl")

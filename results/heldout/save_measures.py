@@ -11,12 +11,11 @@ Those need the run's ``turns.jsonl`` and ``index.jsonl``, which the compact reco
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
-from loaders.paper_measures import measure
+from loaders.paper_measures import MEASURES, measure, measures_doc
 from loaders.run import open_run
 
 
@@ -29,14 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     for root in args.runs:
         for run_dir in sorted(p for p in root.iterdir() if (p / "run.json").is_file()):
             record = args.into / run_dir.name
-            out = record / "measures.json"
+            out = record / MEASURES
             if not record.is_dir() or out.is_file():
                 continue
             run = open_run(run_dir)
             if run.status != "finished":
                 continue
-            doc = {"measured_from": str(run_dir), **dataclasses.asdict(measure(run))}
-            out.write_text(json.dumps(doc, sort_keys=True, default=list) + "\n", encoding="utf-8")
+            out.write_text(json.dumps(measures_doc(measure(run), str(run_dir)), sort_keys=True) + "\n",
+                           encoding="utf-8")
             written += 1
     print(f"save_measures: {written} measures.json written under {args.into}", file=sys.stderr)
     return 0

@@ -1,0 +1,87 @@
+"""The held-out sweeps' compact record (results/heldout/): a run folder cut down to run.json,
+milestones and lives, plus the measures of its full folder, gives the comparison tables the
+full folder gives, including those that need the turns."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from loaders import compare
+from loaders import paper_measures as pm
+
+SAMPLE = REPO / "sample_runs" / "reach-1000_mfm_s0"
+SCRIPT = REPO / "results" / "heldout" / "save_measures.py"
+KEPT = ("run.json", "milestones.jsonl", "lives.jsonl")
+
+
+def _compact(full: Path, into: Path) -> Path:
+    """The compact record of a run folder, as results/heldout/ keeps it (no measures yet)."""
+    record = into / full.name
+    record.mkdir(parents=True)
+    for name in KEPT:
+        if (full / name).is_file():
+            shutil.copy2(full / name, record / name)
+    return record
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("heldout")
+    full = base / "full" / SAMPLE.name
+    shutil.copytree(SAMPLE, full)
+    _compact(full, base / "record")
+    done = subprocess.run([sys.executable, str(SCRIPT), str(full.parent), "--into", str(base / "record")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "1 measures.json written" in done.stderr
+    return full.parent, base / "record"
+
+
+def _fields(m: pm.RunMeasures) -> dict:
+    return {k: v for k, v in dataclasses.asdict(m).items() if k != "identity"}
+
+
+def test_a_compact_record_measures_as_its_full_folder(both: tuple[Path, Path]) -> None:
+    full, record = both
+    whole, kept = compare.measures(full), compare.measures(record)
+    assert len(whole) == len(kept) == 1
+    assert whole[0].turns > 0 and whole[0].ages, "the sample run has turns and retrievals to keep"
+    assert _fields(kept[0]) == _fields(whole[0])
+    assert kept[0].identity != whole[0].identity
+    for table in (pm.reach_success_table, pm.retarget_table, pm.interaction_table, pm.milestone_table):
+        assert table(kept).equals(table(whole)), table.__name__
+
+
+def test_without_its_measures_a_compact_record_has_no_turns(both: tuple[Path, Path], tmp_path: Path) -> None:
+    """The measures are what keeps the turns' tables: a record without them counts no turns."""
+    record = _compact(both[0] / SAMPLE.name, tmp_path)
+    (m,) = compare.measures(record.parent)
+    assert m.turns == 0 and not m.ages
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"turns": 3}', json.dumps({"retarget": {"no_such_count": 1}})])
+def test_a_damaged_measures_file_is_named_and_the_record_measured_from_its_files(
+        both: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str) -> None:
+    record = _compact(both[0] / SAMPLE.name, tmp_path)
+    (record / pm.MEASURES).write_text(text, encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="loaders.paper_measures"):
+        (m,) = compare.measures(record.parent)
+    assert m.turns == 0 and m.name == SAMPLE.name
+    assert any(str(record / pm.MEASURES) in r.getMessage() and "not read" in r.getMessage() for r in caplog.records)
+
+
+def test_a_folder_with_its_turns_is_measured_from_them(both: tuple[Path, Path], tmp_path: Path) -> None:
+    """A measures file beside the turns is ignored: the run's own files are the truth."""
+    run = tmp_path / SAMPLE.name
+    shutil.copytree(both[0] / SAMPLE.name, run)
+    (run / pm.MEASURES).write_text(json.dumps({"turns": -1}), encoding="utf-8")
+    (m,) = compare.measures(tmp_path)
+    assert _fields(m) == _fields(compare.measures(both[0])[0])
