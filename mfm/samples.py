@@ -18,7 +18,9 @@ again from the frames of an episode 963 steps old (the index searched by what fr
 views: lives that end during a collect with the damage in the episode before (Direct, seed 3,
 13 lives), and a life whose failed actions have several causes, one naming a cell (VISTA, seed
 1, life 11); budgets cut just past those cases keep sample_runs/ small. Since the baselines got the paper's affordances (issue 44), the seed-2 runs die too rarely
-to show these.
+to show these. These two are packed (``episodes.zip``, :mod:`mfm.memory.packed`), so the
+samples also show a packed run, and sample_runs/ stays under its disk budget; their files get
+one fixed time and mode first, so the pack is byte-identical too.
 
 ``echo/ical_s5`` and ``echo/passive_s5`` are Echo learner runs (``mfm echo run``) of the
 same seed with a reduced number of Echo episodes, for the Echo page; they are a separate
@@ -28,14 +30,17 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from mfm.agent.config import RunConfig
 from mfm.agent.runner import Runner
 from mfm.echo.agent import run_learner
+from mfm.memory.packed import pack_run
 
 COMPARISON_SEED, COMPARISON_STEPS = 2, 2500
 SAMPLES: tuple[tuple[str, str, str, int, int | None], ...] = (
@@ -47,6 +52,10 @@ SAMPLES: tuple[tuple[str, str, str, int, int | None], ...] = (
     ("diamond_vista_s1_1900steps", "diamond", "vista", 1, 1900),
 )
 """(folder, task, method, seed, step budget or None for the task's)."""
+PACKED = ("diamond_direct_s3_1600steps", "diamond_vista_s1_1900steps")
+"""Sample runs kept packed (``episodes.zip``)."""
+PACKED_TIME = (2026, 1, 1, 0, 0, 0)
+"""The local time every packed member carries (a zip stores a member's time)."""
 COMMAND = "python -m mfm.samples"
 ECHO_SEED, ECHO_EPISODES = 5, 12
 ECHO_SAMPLES: tuple[tuple[str, str, int, int], ...] = tuple(
@@ -65,6 +74,8 @@ def generate(root: Path, quiet: bool = False, only: str = "all") -> list[Path]:
             work = Path(tmp) / name
             config = RunConfig(task=task, method=method, seed=seed, steps=steps, out=work, fixed_clock=True)
             Runner(config, command=f"{COMMAND}  # {name}", progress=not quiet).run()
+            if name in PACKED:
+                pack_fixed(work)
             if final.exists():
                 shutil.rmtree(final)
             shutil.move(str(work), str(final))
@@ -80,6 +91,17 @@ def generate(root: Path, quiet: bool = False, only: str = "all") -> list[Path]:
             shutil.move(str(work), str(final))
         out.append(final)
     return out
+
+
+def pack_fixed(run: Path) -> None:
+    """Pack ``run`` with every episode file given :data:`PACKED_TIME` and mode 0644 first,
+    so the pack's bytes depend on the files' contents alone."""
+    when = time.mktime((*PACKED_TIME, 0, 0, -1))
+    for f in (run / "episodes").rglob("*"):
+        if f.is_file():
+            f.chmod(0o644)
+            os.utime(f, (when, when))
+    pack_run(run)
 
 
 def names(only: str) -> list[str]:

@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import math
+import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -64,13 +65,34 @@ def jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def episode_file(run_dir: Path, rel: str) -> bytes:
+    """The bytes of a run's episode file ``rel`` (``episodes/ep_N/...``): from its folder, or,
+    in a packed run, from ``episodes.zip`` read with the standard library's zipfile."""
+    path = run_dir / rel
+    if path.exists() or not (run_dir / "episodes.zip").exists():
+        return path.read_bytes()
+    with zipfile.ZipFile(run_dir / "episodes.zip") as z:
+        return z.read(rel)
+
+
+def episode_json(run_dir: Path, rel: str) -> dict:
+    """An episode's JSON file (``action.json``, ``outcome.json``, ...) read by :func:`episode_file`."""
+    return json.loads(episode_file(run_dir, rel).decode("utf-8"))
+
+
+def strip_image(run_dir: Path, episode_path: str, strip: int) -> np.ndarray:
+    """The RGB pixels of WebP strip ``strip`` of the episode at ``episode_path``."""
+    data = episode_file(run_dir, f"{episode_path}/frames/{strip:05d}.webp")
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
 def stored_frame(run_dir: Path, step: int) -> np.ndarray:
     """The frame of env ``step`` cut straight from its episode's lossless WebP strip (frames
     stacked vertically, 64 per strip, square)."""
     for row in jsonl(run_dir / "index.jsonl"):
         if row["first_step"] < step <= row["first_step"] + row.get("frames", 0):
             k = step - row["first_step"] - 1
-            strip = np.asarray(Image.open(run_dir / row["path"] / "frames" / f"{k // 64:05d}.webp").convert("RGB"))
+            strip = strip_image(run_dir, row["path"], k // 64)
             side = strip.shape[1]
             return strip[(k % 64) * side:(k % 64 + 1) * side]
     raise KeyError(step)
@@ -110,7 +132,7 @@ def sample_runs(root: Path, first: str = "diamond_mfm_s2") -> list[Path]:
 
 def action_of(run_dir: Path, row: dict) -> dict:
     """The action.json of the episode of index row ``row``."""
-    return json.loads((run_dir / row["path"] / "action.json").read_text(encoding="utf-8"))
+    return episode_json(run_dir, f"{row['path']}/action.json")
 
 
 def collect_failure(root: Path) -> tuple[Path, dict, str]:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import REPO
+from raw import episode_json
+
 from loaders import failures as fl
 from loaders.run import open_run
 from mfm.agent.config import RunConfig
@@ -54,8 +55,8 @@ def expected_failures(run_dir: Path) -> list[tuple]:
         death = deaths.get(r["id"])
         if r.get("outcome") not in ("failed", "interrupted") and death is None:
             continue
-        action = json.loads((run_dir / r["path"] / "action.json").read_text(encoding="utf-8"))
-        outcome = json.loads((run_dir / r["path"] / "outcome.json").read_text(encoding="utf-8"))
+        action = episode_json(run_dir, f"{r['path']}/action.json")
+        outcome = episode_json(run_dir, f"{r['path']}/outcome.json")
         if fields:
             assert (outcome["action"], outcome["label"], outcome.get("material"), outcome.get("target"),
                     outcome["reason"], outcome["args"]) == (r["action_kind"], r["outcome"], r.get("material"),

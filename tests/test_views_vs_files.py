@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,14 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
-from loaders import analysis_pages as ap
-from loaders import open_run
-from loaders import agent_calls, lookups, runs_summary, timeline_data
-from mfm.memory.retrieval import FrameError
-
 from conftest import REPO
+from PIL import Image
+from raw import episode_file, strip_image
+
+from loaders import agent_calls, lookups, open_run, runs_summary, timeline_data
+from loaders import analysis_pages as ap
+from mfm.memory.retrieval import FrameError
 
 SAMPLES = REPO / "sample_runs"
 RUN_DIRS = sorted(p.parent for p in SAMPLES.rglob("index.jsonl"))
@@ -72,8 +72,7 @@ class Raw:
 
     def strip_frame(self, ep: dict, i: int) -> np.ndarray:
         """Frame ``i`` of an episode, cut from its WebP strip decoded with PIL."""
-        with Image.open(self.path / ep["path"] / "frames" / f"{i // FRAMES_PER_STRIP:05d}.webp") as im:
-            strip = np.asarray(im.convert("RGB"))
+        strip = strip_image(self.path, ep["path"], i // FRAMES_PER_STRIP)
         h = strip.shape[1]
         row = i % FRAMES_PER_STRIP
         return strip[row * h:(row + 1) * h]
@@ -86,7 +85,7 @@ class Raw:
         for ep in reversed(self.index):
             if ep.get("life", 0) == life and ep["last_step"] == step:
                 if ep.get("image"):
-                    with Image.open(self.path / ep["image"]) as im:
+                    with Image.open(io.BytesIO(episode_file(self.path, ep["image"]))) as im:
                         return np.asarray(im.convert("RGB"))
                 if ep.get("frames") and ep.get("observation_hash"):
                     return self.strip_frame(ep, ep["frames"] - 1)
