@@ -42,7 +42,7 @@ from loaders.run import Run, find_runs, open_run
 from mfm.boundary import UnsafePath
 
 STICKY = "_mfm_sticky"
-LISTED = 3000
+LISTED = 500
 """The most options a picker lists (each is sent to the browser on every run of the page)."""
 GLOBAL_KEYS = ("runs", "run")
 

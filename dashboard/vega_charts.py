@@ -2,7 +2,9 @@
 the seed-band curves (Progress, Steps per turn, Echo), Retargeting (the A.4 rates and the
 retarget mini-map), Echo's analogy graph, the Frames panels, and the Timeline, the Spatial
 grid and the Provenance graph, whose clicks are Vega-Lite point selections that the page
-reads through ``st.altair_chart(on_select=...)``. The exported figures of
+reads through ``st.vega_lite_chart(on_select=...)``. Pages draw a chart's spec (:func:`spec`),
+made once per view where the view is cached: Streamlit's own conversion of an Altair chart
+validates it on every rerun, which took half of a Timeline rerun. The exported figures of
 ``dashboard.figures`` draw the seed bands and the rates with the same functions. No
 Streamlit.
 
@@ -16,6 +18,7 @@ units, a legend, hover text, and the colours and markers of ``dashboard.theme``.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 import zlib
 from typing import Any, Callable
@@ -28,6 +31,30 @@ from dashboard import theme
 from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands, TimelineView
 from loaders.display import data_uri
 from loaders.frame_images import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
+
+_SPEC_LOCK = threading.Lock()
+
+
+def spec(chart: alt.TopLevelMixin, validate: bool = True) -> dict[str, Any]:
+    """``chart`` as a Vega-Lite spec, its tables inline whatever their length (Altair's
+    default transformer refuses more than 5,000 rows; the pages bound what they draw
+    themselves). ``validate``: check it against the Vega-Lite schema (the costly part of the
+    conversion; a chart made again on every rerun skips it, the tests validate each chart)."""
+    with _SPEC_LOCK, alt.data_transformers.enable("default", max_rows=None):
+        return chart.to_dict(validate=validate)
+
+
+def with_here(map_spec: dict[str, Any], x: float, y: float, step: int, life: int, plane: str) -> dict[str, Any]:
+    """A copy of the Spatial grid's spec (:func:`grid_map`) with a ring at the cursor's cell
+    (its table added to the spec's named datasets, as the map's own are)."""
+    ring = spec(alt.Chart(pd.DataFrame([{"x": x, "y": y, "step": step, "life": life}])).mark_point(
+        shape="circle", size=260, strokeWidth=3, color="#000000", filled=False).encode(
+        x=alt.X("x:Q", title="x (cells)"), y=alt.Y("y:Q", title=f"{plane} (cells, downwards as in the game)"),
+        tooltip=["step:Q", "life:Q", "x:Q", "y:Q"]), validate=False)
+    layer = {k: ring[k] for k in ("data", "mark", "encoding")}
+    return {**map_spec, "datasets": {**map_spec.get("datasets", {}), **ring["datasets"]},
+            "layer": [*map_spec["layer"], layer]}
+
 
 UNKNOWN = "unknown"
 """The method shown for a run whose manifest names none."""

@@ -12,17 +12,19 @@ a scrubber), more where entries are small and many (single frames).
 """
 from __future__ import annotations
 
-import altair as alt
+from typing import Any
+
 import numpy as np
 
 from dashboard import vega_charts
 from dashboard.caching import cached, kept
-from loaders import agent_calls, chart_data, echo, lookups, scrubber
+from loaders import agent_calls, chart_data, echo, frame_images, lookups, scrubber
 from loaders import analysis_pages as ap
 from loaders import failures as fl
 from loaders import provenance as pv
 from loaders import search as sr
 from loaders import turns as tv
+from loaders.display import png_bytes
 from loaders.frame_compare import legend_image
 from loaders.run import Run
 
@@ -41,9 +43,14 @@ def episode_frame(run: Run, episode: str, step: int | None = None, life: int | N
     return frame(holder, step=s, episode=ep, life=lf)
 
 
-frames_panels = kept(vega_charts.frames_panels)
-"""The Frames page's synchronised panels, kept (not copied: only read) per the content of
-the frames shown, which may come from several runs (``caching.kept``, 32 entries)."""
+def _frames_panels(*args: Any, **kwargs: Any) -> dict:
+    return vega_charts.spec(vega_charts.frames_panels(*args, **kwargs))
+
+
+frames_panels = kept(_frames_panels)
+"""The Frames page's synchronised panels (``vega_charts.frames_panels``) as a Vega-Lite spec,
+kept (not copied: only read) per the content of the frames shown, which may come from several
+runs (``caching.kept``, 32 entries)."""
 
 inspections = cached(agent_calls.run_inspections)
 """Every frame inspection of a run, inherited ones looked up in the copy of their run (a table
@@ -57,13 +64,26 @@ timeline = cached(chart_data.timeline)
 
 
 def _timeline_chart(run: Run, lo: int, hi: int, color_by: str, ep: str | None, step: int | None,
-                    span: tuple[int, int, int] | None) -> alt.VConcatChart | alt.LayerChart:
-    return vega_charts.timeline_chart(timeline(run, lo, hi, color_by), ep, step, span)
+                    span: tuple[int, int, int] | None) -> dict:
+    return vega_charts.spec(vega_charts.timeline_chart(timeline(run, lo, hi, color_by), ep, step, span))
 
 
 timeline_chart = cached(_timeline_chart, max_entries=16, shared=True)
-"""The Timeline's chart of a range, colouring, episode, step and episode span: kept, not copied
-(only read; unpickling a chart validates it again), 16 of them as each holds its tables."""
+"""The Timeline's chart of a range, colouring, episode, step and episode span, as a Vega-Lite
+spec: made once (converting the chart took half of a rerun) and kept, not copied (only read),
+16 of them as each holds its tables."""
+
+
+def _strip_thumbs(run: Run, episode: str, max_frames: int, side: int) -> tuple[list[int], list[bytes], int]:
+    strip = lookups.frame_strip(run, episode, max_frames=max_frames)
+    thumbs = [frame_images.upscale(f, side) for _, f in strip]
+    return [s for s, _ in strip], [png_bytes(t) for t in thumbs], thumbs[0].shape[1] if thumbs else side
+
+
+strip_thumbs = cached(_strip_thumbs, max_entries=32)
+"""``strip_thumbs(run, episode, max_frames, side)``: the Timeline's frame strip of an episode,
+evenly spaced frames enlarged to ``side`` pixels: (steps, PNG bytes, width), encoded once per
+episode rather than on every rerun (PNG-encoding 24 frames took a quarter of one)."""
 
 episode_scrub = cached(scrubber.episode_scrub, max_entries=16)
 """``episode_scrub(run, episode, back)``: an episode's frames as PNG data for the Timeline's
@@ -90,14 +110,14 @@ paths, positions and deaths of one choice of filters (a small record per choice)
 
 def _grid_map(run: Run, lo: int, hi: int, kinds: tuple[str, ...], life: int | None, band: tuple[int, int] | None,
               paths: bool, positions: bool, cell: tuple[int, int] | None, mark: tuple[int, int] | None
-              ) -> tuple[chart_data.GridView, alt.LayerChart]:
+              ) -> tuple[chart_data.GridView, dict]:
     view = grid(run, lo, hi, kinds, life=life, height=band, paths=paths, positions=positions)
-    return view, vega_charts.grid_map(view, cell, mark)
+    return view, vega_charts.spec(vega_charts.grid_map(view, cell, mark))
 
 
 grid_map = cached(_grid_map, max_entries=16, shared=True)
-"""The Spatial grid's view and map of one choice of filters, picked cell and marked cell: kept,
-not copied (only read), 16 of them as each holds a chart."""
+"""The Spatial grid's view and map (a Vega-Lite spec) of one choice of filters, picked cell and
+marked cell: kept, not copied (only read), 16 of them as each holds a chart."""
 
 # Memory and provenance
 
@@ -184,7 +204,7 @@ RATES_WIDTH = 560
 
 def _rates_spec(group: list[tuple[str, Run]]) -> dict:
     rates = retarget_rates(group, retarget_tables(group)[1])
-    return vega_charts.rates_chart(rates, RATES_WIDTH, screen=True).to_dict()
+    return vega_charts.spec(vega_charts.rates_chart(rates, RATES_WIDTH, screen=True))
 
 
 rates_spec = cached(_rates_spec, max_entries=16, shared=True)
@@ -194,7 +214,7 @@ an Altair chart into a spec (and validating it) took most of a rerun of the page
 
 def _map_spec(run: Run, turn: int) -> dict:
     audit = retarget_audit(run, turn)
-    return vega_charts.retarget_map(audit.position, audit.inspections, audit.targets, audit.radius).to_dict()
+    return vega_charts.spec(vega_charts.retarget_map(audit.position, audit.inspections, audit.targets, audit.radius))
 
 
 map_spec = cached(_map_spec, max_entries=32, shared=True)

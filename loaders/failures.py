@@ -36,6 +36,12 @@ MATERIAL_ARGS = ("material", "item", "name", "target", "what", "tool")
 writer's (``mfm.memory.episode_recorder.MATERIAL_ARGS``)."""
 
 
+LISTED = 1000
+"""The Failures page lists this many matching rows (table and picker), in step order: a
+360k-step run has 7,000 failures and deaths, and sending them all on every rerun made a
+click there 3x the bare framework's. The filters and the step range reach the others."""
+
+
 @dataclass(frozen=True)
 class CallOutcome:
     """What an episode called and how it ended: the ``action`` (atom or procedure), the

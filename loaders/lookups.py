@@ -3,7 +3,9 @@ frame, and an episode's records. One rule for each, used by every page and the n
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -12,6 +14,8 @@ from loaders.inherited import inherited_id, locate
 from loaders.run import Run
 from mfm.memory.retrieval import FrameError, ends_in_strip
 from mfm.schema import IndexRow
+
+T = TypeVar("T")
 
 
 def step_bounds(run: Run) -> tuple[int, int]:
@@ -178,6 +182,21 @@ def frame_for(run: Run, step: int | None = None, episode: str | None = None, lif
     if step is None:
         raise FrameError("name a step or an episode")
     return frame_at(run, step, life)
+
+
+def around(items: Sequence[T] | pd.Series, current: T | None, side: int) -> list[T]:
+    """The items a picker lists: ``2 * side + 1`` consecutive ``items`` (all when fewer) with
+    ``current`` as near the middle as the ends allow; the first ones when ``current`` is None
+    or not an item. Lists the picker sends on every rerun so stay small however long the run
+    (a Series is searched and cut without turning every item into a Python object)."""
+    if isinstance(items, pd.Series):
+        hits = np.flatnonzero((items == current).to_numpy(dtype=bool)) if current is not None else ()
+        at = int(hits[0]) if len(hits) else 0
+    else:
+        at = next((i for i, v in enumerate(items) if v == current), 0) if current is not None else 0
+    lo = max(0, min(at - side, len(items) - (2 * side + 1)))
+    cut = items.iloc[lo:lo + 2 * side + 1] if isinstance(items, pd.Series) else items[lo:lo + 2 * side + 1]
+    return list(cut)
 
 
 def frame_strip(run: Run, episode: str, max_frames: int = 32) -> list[tuple[int, np.ndarray]]:

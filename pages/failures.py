@@ -71,7 +71,10 @@ rng = st.session_state.get("w_fail_range") or (first, last)
 shown = fl.filter_failures(table, st.session_state["w_fail_act"], st.session_state["w_fail_mat"],
                            st.session_state["w_fail_out"], st.session_state["w_fail_cause"],
                            st.session_state["w_fail_life"], tuple(rng))
-st.caption(f"{len(shown)} of {len(table)} failures and deaths match. Pick a row to open its filmstrip.")
+listed = shown.head(fl.LISTED)
+st.caption(f"{len(shown)} of {len(table)} failures and deaths match. Pick a row to open its filmstrip."
+           + (f" The first {fl.LISTED:,} are listed: narrow the filters or the step range to reach the others."
+              if len(shown) > fl.LISTED else ""))
 cols = ["step", "life", "episode", "action", "material", "target_x", "target_y", "outcome", "cause", "turn", "summary"]
 
 
@@ -79,24 +82,27 @@ def _on_row() -> None:
     """Table selection callback: the picked row's episode opens below (only when the selection changes)."""
     sel = st.session_state.get("fail_table")
     rows = sel["selection"]["rows"] if sel and sel.get("selection") else []
-    if rows and rows[0] < len(shown) and shown.iloc[rows[0]]["episode"]:
-        ui.set_qp(ep=shown.iloc[rows[0]]["episode"])
+    if rows and rows[0] < len(listed) and listed.iloc[rows[0]]["episode"]:
+        ui.set_qp(ep=listed.iloc[rows[0]]["episode"])
 
 
 if len(shown):
-    st.dataframe(shown[cols], hide_index=True, width="stretch", height=min(420, 45 + 35 * len(shown)),
+    st.dataframe(listed[cols], hide_index=True, width="stretch", height=min(420, 45 + 35 * len(listed)),
                  on_select=_on_row, selection_mode="single-row", key="fail_table",
                  column_config={"summary": st.column_config.TextColumn("summary", width="large"),
                                 "target_x": st.column_config.NumberColumn("target x"),
                                 "target_y": st.column_config.NumberColumn("target y")})
 else:
     st.info("No failure or death matches these filters.")
-options = list(dict.fromkeys(e for e in shown["episode"] if e))
+matching = set(shown["episode"])
+options = list(dict.fromkeys(e for e in listed["episode"] if e))
+want = ui.qp("ep")
+if want and want in matching and want not in options:
+    options.insert(0, want)
 labels: dict[str, str] = {}
-for r in shown.itertuples():
+for r in shown[shown["episode"].isin(options)].itertuples():
     if r.episode and r.episode not in labels:  # an episode's first row labels it
         labels[r.episode] = f"{r.episode} · step {r.step} · {r.action} {r.material} · {r.outcome}: {r.cause}"
-want = ui.qp("ep")
 if want and want not in options:
     why = "matches none of the filters above" if want in set(table["episode"]) else "is no failure or death of " \
         + ui.md_code(key)

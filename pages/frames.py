@@ -238,7 +238,7 @@ if st.session_state["w_diff"] and len(frames) > 1:
         diff_notes.append((f"{ref.label} vs frame 1: {note}", fd.image()))
 panels = views.frames_panels(frames, titles, tiles=st.session_state["w_tiles"], diffs=diffs,
                              region=None if tiles.full else region, pixels=st.session_state["w_pixels"])
-st.altair_chart(panels, width="content", key="frames_chart")
+st.vega_lite_chart(spec=dict(panels), width="content", key="frames_chart")
 st.caption("Zoom (wheel) or pan (drag) any panel and the others follow; double-click to reset. Pixels are drawn "
            "as blocks (nearest neighbour), never smoothed. "
            + ("Hover shows the pixel position and colour." if st.session_state["w_pixels"]

@@ -1,7 +1,6 @@
 """Spatial grid: the traversed-cell map, each life's path, episode positions and deaths."""
 from __future__ import annotations
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -84,12 +83,7 @@ if mark is not None:
 view, fig = views.grid_map(run, lo, hi, tuple(kinds), st.session_state["w_life"], band, show_paths, show_eps, cell,
                            mark)
 if here_now is not None:
-    fig = fig.copy(deep=False)
-    fig.layer = [*fig.layer, alt.Chart(pd.DataFrame([{"x": here_now[0], "y": here_now[1], "step": cursor.step,
-                                                   "life": cursor.life}])).mark_point(
-        shape="circle", size=260, strokeWidth=3, color="#000000", filled=False).encode(
-        x=alt.X("x:Q", title="x (cells)"), y=alt.Y("y:Q", title=f"{view.plane} (cells, downwards as in the game)"),
-        tooltip=["step:Q", "life:Q", "x:Q", "y:Q"])]
+    fig = vega_charts.with_here(fig, here_now[0], here_now[1], cursor.step, cursor.life, view.plane)
 
 
 def _on_pick() -> None:
@@ -104,7 +98,7 @@ def _on_pick() -> None:
 
 
 picks = vega_charts.grid_picks(view)
-st.altair_chart(fig, width="content", key="grid_chart",
+st.vega_lite_chart(spec=dict(fig), width="content", key="grid_chart",
                 **({"on_select": _on_pick, "selection_mode": picks} if picks else {}))
 ui.figure_downloads(lambda: figures.grid_figure(key, run, view=view),
                     f"spatial_grid_{figures.file_stem(key)}", "single")

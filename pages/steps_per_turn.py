@@ -33,7 +33,8 @@ for i, (task, group) in enumerate(groups):
     if not len(series.bands):
         st.info("No open run of this task records turns.")
         continue
-    st.altair_chart(vega_charts.band_chart(series, screen=True), width="stretch", key=f"spt_chart{tag}")
+    st.vega_lite_chart(spec=vega_charts.spec(vega_charts.band_chart(series, screen=True), validate=False),
+                       width="stretch", key=f"spt_chart{tag}")
     if shade:
         covered = sum(hi - lo for lo, hi in shade)
         st.caption(f"MFM exceeds both in {len(shade)} interval(s) covering {covered} env steps.")

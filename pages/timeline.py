@@ -7,7 +7,7 @@ from dashboard import figures, ui, vega_charts, views
 from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.scrubber import LABEL, frame_scrubber
 from dashboard.theme import STATUS_LABELS
-from loaders import agent_calls, chart_data, frame_images, lookups, runs_summary, timeline_data
+from loaders import agent_calls, chart_data, lookups, runs_summary, timeline_data
 from loaders import cursor as cur
 from loaders import notes as notes_mod
 from loaders.inherited import episode_label, is_inherited
@@ -60,6 +60,7 @@ if ep_id and is_inherited(ep_id):
 elif ep_id and run.episode(ep_id) is None:
     st.warning(f"Episode {ui.md(repr(ep_id), 80)} from the URL is not in this run.")
     ep_id = None
+EPISODES_AROUND = 100  # the episode picker lists this many on each side of the open one (lookups.around)
 BACK_STEPS = 8  # the scrubber also steps through this many steps before the episode, in its life
 cursor = ui.cursor(run)
 if cursor is not None:
@@ -97,7 +98,7 @@ def _on_bar() -> None:
             break
 
 
-st.altair_chart(fig, width="stretch", key="timeline_chart", on_select=_on_bar,
+st.vega_lite_chart(spec=dict(fig), width="stretch", key="timeline_chart", on_select=_on_bar,
                 selection_mode=[vega_charts.TIMELINE_PICK])
 ui.figure_downloads(lambda: figures.timeline_figure(key, run, view=view),
                     f"timeline_{figures.file_stem(key)}", "double")
@@ -109,16 +110,17 @@ st.caption(f"Steps {lo}–{hi}: {int(bars['count'].sum()) if len(bars) else 0} e
 
 eps = run.episodes()
 in_range = timeline_data.episodes_in_range(eps, lo, hi)
-options = list(in_range["id"].head(ui.LISTED))
+options = lookups.around(in_range["id"], ep_id, EPISODES_AROUND)
 if ep_id and ep_id not in options:
     options = [ep_id] + options
-summaries = dict(zip(eps["id"], eps["summary"]))
+summaries = {e: ref.summary for e in options if (ref := run.episode(e)) is not None}
 st.selectbox("Episode", options, placeholder="Pick an episode (or click a bar)",
              format_func=lambda e: f"{e} — {summaries.get(e, '')[:90]}",
              **ui.bound("w_ep", "ep", None, lambda v: v if v == ep_id and v in options else None, sync=True,
                         also=lambda e: cur.episode_start(run.episode(e)).params() if e and run.episode(e) else {}))
-if len(in_range) > ui.LISTED:
-    st.caption(f"Only the first {ui.LISTED:,} episodes of the range are listed; zoom in to reach the others.")
+if len(in_range) > len(options):
+    st.caption(f"Listed: {len(options)} of the range's {len(in_range):,} episodes, around the one open; click a "
+               "bar or zoom in to reach the others.")
 
 if not ep_id:
     st.stop()
@@ -194,11 +196,10 @@ if row.turn is not None:
 if row.frames:
     st.markdown("**Frame strip**")
     try:
-        strip = lookups.frame_strip(run, ep_id, max_frames=24)
-        thumbs = [frame_images.upscale(f, 128) for _, f in strip]
-        st.image(thumbs, width=thumbs[0].shape[1], caption=[f"step {s}" for s, _ in strip], output_format="PNG")
-        if row.frames > len(strip):
-            st.caption(f"{len(strip)} of {row.frames} frames, evenly spaced; scrub below for every step.")
+        steps, thumbs, width = views.strip_thumbs(run, ep_id, 24, 128)
+        st.image(thumbs, width=width, caption=[f"step {s}" for s in steps])
+        if row.frames > len(steps):
+            st.caption(f"{len(steps)} of {row.frames} frames, evenly spaced; scrub below for every step.")
     except (FrameError, UnsafePath) as e:
         st.error(f"Frames of {ui.md(ep_id)} cannot be shown: {ui.md(e)}")
 

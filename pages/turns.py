@@ -10,6 +10,7 @@ from dashboard import ui, views
 from dashboard.core import copy_key, parse_int
 from dashboard.scrubber import frame_scrubber
 from loaders import cursor as cur
+from loaders import lookups
 from loaders import notes as notes_mod
 from loaders import turns as tv
 from loaders.frame_compare import (
@@ -59,9 +60,13 @@ if cursor is not None:
                     f"turn {numbers[0]}.")
 elif want is not None:
     ui.set_cursor(cur.turn_start(by_number[want]))
-st.selectbox("Turn", numbers, format_func=lambda t: menu.labels.get(t, f"turn {t}"),
-             **ui.bound("w_turn", "turn", numbers[0], lambda v: t if (t := int(v)) in numbers else None, sync=True,
-                        keep=True, also=lambda t: cur.turn_start(by_number[t]).params() if t in by_number else {}))
+picker = ui.bound("w_turn", "turn", numbers[0], lambda v: t if (t := int(v)) in by_number else None, sync=True,
+                  keep=True, also=lambda t: cur.turn_start(by_number[t]).params() if t in by_number else {})
+listed = lookups.around(numbers, st.session_state.get("w_turn"), tv.PICKER_WINDOW)
+st.selectbox("Turn", listed, format_func=lambda t: menu.labels.get(t, f"turn {t}"), **picker)
+if len(listed) < len(numbers):
+    st.caption(f"Listed: turns {listed[0]}–{listed[-1]} of {len(numbers):,}, around this one; the buttons below "
+               "and the URL's `turn=` reach every turn.")
 turn = int(st.session_state["w_turn"])
 nav = tv.navigation(menu.kinds, turn)
 

@@ -243,3 +243,17 @@ def test_a_run_being_written_refreshes(tmp_path: Path, monkeypatch: pytest.Monke
     (root / "r" / "run.json").write_text(json.dumps(manifest) + "\n")
     at.run()
     assert at.dataframe[0].value["status"].iloc[0].endswith("interrupted")
+
+
+def test_the_timeline_lists_the_episodes_around_the_open_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a run with more episodes than the picker lists, the Timeline's episode picker holds
+    the open episode and its neighbours in index.jsonl order, and says how many it lists."""
+    use_root(monkeypatch, REPO / "sample_runs")
+    run_dir = REPO / "sample_runs" / "diamond_direct_s3_1600steps"
+    ids = [json.loads(line)["id"] for line in (run_dir / "index.jsonl").read_text().splitlines() if line.strip()]
+    at = app("timeline", runs=run_dir.name, ep=ids[-3])
+    options = at.selectbox(key="w_ep").options
+    listed = [o.split(" — ")[0] for o in options]
+    assert ids[-3] in listed and len(listed) < len(ids)
+    assert listed == ids[len(ids) - len(listed):], "the last episodes, as the open one is near the end"
+    assert f"Listed: {len(listed)} of the range's {len(ids):,} episodes" in texts(at)

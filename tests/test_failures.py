@@ -170,3 +170,23 @@ def test_failures_page_filters_by_causes_with_commas(monkeypatch: pytest.MonkeyP
     assert at.multiselect(key="w_fail_life").value == [life]
     table = at.dataframe(key="fail_table").value
     assert list(table["episode"]) == want and want
+
+
+def test_the_failures_page_lists_the_first_rows_and_still_opens_any(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With more matches than ``fl.LISTED``, the table and the picker list the first of them in
+    step order and say so; a match beyond them named in the URL still opens its filmstrip."""
+    use_root(monkeypatch, SAMPLES)
+    deaths = {e["episode"] for e in _rows("lives.jsonl") if e["event"] == "death"}
+    idx = _rows("index.jsonl")
+    failed = [r for r in idx if r.get("outcome") in ("failed", "interrupted") or r["id"] in deaths]
+    assert len(failed) > 4
+    monkeypatch.setattr(fl, "LISTED", 3)
+    last = max(failed, key=lambda r: r["last_step"])
+    at = open_app("failures", runs=RUN.name, ep=last["id"])
+    table = at.dataframe(key="fail_table").value
+    assert len(table) == 3 and list(table["step"]) == sorted(table["step"])
+    assert "The first 3 are listed" in texts(at) and f"{len(failed)} of {len(failed)} failures" in texts(at)
+    picker = at.selectbox(key="w_fail_ep")
+    assert picker.value == last["id"] and last["id"] not in set(table["episode"])
+    assert len(picker.options) == 1 + len(set(table["episode"]))
+    assert len(at.get("image")) >= 1

@@ -12,13 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import REPO
-from raw import collect_failure, jsonl, stored_frame
+from raw import action_of, collect_failure, jsonl, stored_frame
 
 from loaders import (
     agent_calls,
     chart_data,
     echo,
     frame_images,
+    lookups,
     runs_summary,
     spatial_data,
     timeline_data,
@@ -241,7 +242,7 @@ def test_a_failures_target_and_the_frames_reached_back() -> None:
     run = open_run(run_dir)
     table = fl.failures(run)
     got = table[table["episode"] == row["id"]].iloc[0]
-    args = json.loads((run_dir / row["path"] / "action.json").read_text())["args"]
+    args = action_of(run_dir, row)["args"]
     assert fl.target_of(got) == (args["x"], args["y"])
     back = 12
     strip = fl.filmstrip(run, row["id"], fl.target_of(got), int(got["step"]), back)
@@ -404,3 +405,19 @@ def test_a_visit_opens_the_stored_frame_of_its_step_else_the_end_observation() -
             assert got == ((step, None) if (r["life"], step) in stored else (None, r["id"])), (r["id"], step)
             seen.add(got[0] is None)
     assert seen == {True, False}
+
+
+@pytest.mark.parametrize("side", [1, 3, 50])
+def test_a_picker_lists_the_item_shown_and_its_neighbours(side: int) -> None:
+    """``lookups.around`` (the Turns and Timeline pickers) lists ``2 * side + 1`` consecutive turns
+    of the run's turns.jsonl (all of them when fewer) holding the one shown; the first ones for
+    a turn the run lacks."""
+    numbers = sorted({t["turn"] for t in raw(SAMPLES / "diamond_mfm_s2", "turns.jsonl")})
+    for turn in (numbers[0], numbers[len(numbers) // 2], numbers[-1], -5, None):
+        got = lookups.around(numbers, turn, side)
+        assert lookups.around(pd.Series(numbers), turn, side) == got, "a Series lists the same"
+        want_len = min(len(numbers), 2 * side + 1)
+        assert len(got) == want_len and got == numbers[numbers.index(got[0]):numbers.index(got[0]) + want_len]
+        assert (turn in got) if turn in numbers else got == numbers[:want_len]
+        if turn in numbers and numbers.index(turn) >= side and len(numbers) - 1 - numbers.index(turn) >= side:
+            assert got.index(turn) == side, "centred where both sides have room"

@@ -137,3 +137,28 @@ def test_supervise_stops_the_whole_group_even_a_process_deaf_to_sigterm() -> Non
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+GC_SEEN = """
+import gc, json, sys
+import streamlit.web.cli
+from dashboard import serve
+seen = {}
+def fake_main():
+    seen.update(thresholds=gc.get_threshold(), frozen=gc.get_freeze_count())
+streamlit.web.cli.main = fake_main
+serve.main(["--no-warm", sys.argv[1]])
+print(json.dumps(seen))
+"""
+
+
+def test_the_server_collects_less_often_and_freezes_what_it_preloaded() -> None:
+    """By the time ``streamlit run`` starts, the server's collector has the thresholds
+    ``dashboard.serve`` declares, not Python's default, and the preloaded modules' objects are
+    frozen out of its walks."""
+    from dashboard.serve import GC_THRESHOLDS
+
+    out = subprocess.run([sys.executable, "-c", GC_SEEN, APP], cwd=REPO, capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert tuple(seen["thresholds"]) == GC_THRESHOLDS != (700, 10, 10)
+    assert seen["frozen"] > 10_000, "the preloaded libraries' objects are frozen"
