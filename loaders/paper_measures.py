@@ -480,9 +480,10 @@ def reach_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
     diamonds got out of n seeds with a 95% Wilson interval, steps to the diamond (mean, 95% t
     interval, over the successes), and the recall that led to each success: the age of the
     episode that showed the place, how long its GUIDE.md line had been kept when it was used
-    (``kept``), whether that line was last written from stored frames (``by_frames``) or
-    otherwise, by sight (``by_notes``); ``by_sight``: got with no recall, the diamond in view;
-    ``earlier_life``: successes whose recall named an episode of an earlier life."""
+    (``kept``), how the recall learned the place (its ``via``): from stored frames
+    (``by_frames``), from the text log's ``[SEEN]`` line (``by_log``, PRO-LONG) or from a
+    note written when it was seen (``by_notes``); ``by_sight``: got with no recall, the
+    diamond in view; ``earlier_life``: successes whose recall named an episode of an earlier life."""
     rows = []
     ended = [r for r in ms if r.status in TRIALS and delay(r.task) is not None]
     for task in sorted({r.task for r in ended}, key=lambda t: (delay(t), t)):
@@ -498,8 +499,9 @@ def reach_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
                          "steps_mean": mean, "steps_lo": mlo, "steps_hi": mhi,
                          "recall_ages": ages,
                          "kept": [int(w["step"]) - int(w["written"]) for w in wins if w and w.get("written") is not None],
-                         "by_frames": sum(1 for w in wins if w and w.get("written_by") == "frames"),
-                         "by_notes": sum(1 for w in wins if w and w.get("written_by") != "frames"),
+                         "by_frames": sum(1 for w in wins if w and w.get("via") == "frames"),
+                         "by_log": sum(1 for w in wins if w and w.get("via") == "log"),
+                         "by_notes": sum(1 for w in wins if w and w.get("via") not in ("frames", "log")),
                          "by_sight": sum(1 for w in wins if w is None),
                          "earlier_life": sum(1 for w in wins if w and w.get("source_life") is not None
                                              and w["source_life"] < w["life"]),

@@ -116,8 +116,8 @@ def reach_success(ms: Sequence[RunMeasures]) -> pd.DataFrame:
         "steps to diamond (95% CI)": [("-" if m != m else _f(m, 0) if lo != lo else
                                        f"{_f(m, 0)} ({_f(max(lo, 0.0), 0)}-{_f(hi, 0)})")
                                       for m, lo, hi in zip(t["steps_mean"], t["steps_lo"], t["steps_hi"])],
-        "place last noted from frames / by sight / no recall": [
-            f"{a} / {b} / {c}" for a, b, c in zip(t["by_frames"], t["by_notes"], t["by_sight"])],
+        "place recalled from frames / log / notes / no recall": [
+            f"{a} / {b} / {c} / {d}" for a, b, c, d in zip(t["by_frames"], t["by_log"], t["by_notes"], t["by_sight"])],
         "age of the episode that showed it (steps)": [ages(v) for v in t["recall_ages"]],
         "shown in an earlier life": [f"{k}/{n}" if n else "-" for k, n in zip(t["earlier_life"], t["successes"])],
         "kept in GUIDE.md before use (steps)": [ages(v) for v in t["kept"]],
@@ -181,9 +181,9 @@ SHORT = {
     "diamonds": ("got", "seeds that collected the diamond, of all seeds"),
     "rate (95% CI)": ("rate", "success rate with its Wilson 95% interval"),
     "steps to diamond (95% CI)": ("steps", "mean env steps to the diamond with its 95% t interval"),
-    "place last noted from frames / by sight / no recall": (
-        "frames/sight/none", "successes whose diamond place was last noted from stored frames, by sight, "
-        "or got with no recall"),
+    "place recalled from frames / log / notes / no recall": (
+        "frames/log/notes/none", "successes whose diamond place was recalled from stored frames, from the "
+        "text log, from a note written when seen, or got with no recall"),
     "age of the episode that showed it (steps)": ("age", "env steps since the episode that showed the place"),
     "shown in an earlier life": ("earlier life", "successes shown the place in an earlier life"),
     "kept in GUIDE.md before use (steps)": ("kept", "env steps the place was kept in GUIDE.md before use"),

@@ -85,3 +85,25 @@ def test_a_folder_with_its_turns_is_measured_from_them(both: tuple[Path, Path], 
     (run / pm.MEASURES).write_text(json.dumps({"turns": -1}), encoding="utf-8")
     (m,) = compare.measures(tmp_path)
     assert _fields(m) == _fields(compare.measures(both[0])[0])
+
+
+def test_the_reach_table_says_how_each_diamond_was_recalled() -> None:
+    """On the held-out reach-3000 record: per method, the successes whose winning recall (the
+    last recall of the diamond at or before its step, from each ``measures.json`` read with
+    json) learned the place from frames, the log or a note, and those with no recall."""
+    record = REPO / "results" / "heldout" / "map"
+    want: dict[str, list[int]] = {}
+    for f in sorted(record.glob("reach-3000_*/measures.json")):
+        m = json.loads(f.read_text())
+        if m["diamond_step"] is None or m["status"] not in pm.TRIALS:
+            continue
+        wins = [r for r in m["recalls"] if r.get("name") == "diamond" and r["step"] <= m["diamond_step"]]
+        via = wins[-1]["via"] if wins else None
+        counts = want.setdefault(m["method"], [0, 0, 0, 0])
+        counts[("frames", "log", "notes", None).index(via)] += 1
+    assert {"mfm", "vista", "pro-long"} <= set(want) and any(c[1] for c in want.values())
+    table = pm.reach_success_table(compare.measures(record))
+    rows = table[table["task"] == "reach-3000"]
+    got = {m: [int(r["by_frames"]), int(r["by_log"]), int(r["by_notes"]), int(r["by_sight"])]
+           for m, r in zip(rows["method"], rows.to_dict("records"))}
+    assert {m: c for m, c in got.items() if m in want} == want

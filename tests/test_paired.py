@@ -100,5 +100,7 @@ def test_paired_table_pairs_runs_by_seed() -> None:
 def test_seed_block_names_ranges_and_classes() -> None:
     assert _ranges([3, 0, 1, 2, 7, 100, 101, 139]) == "0-3, 7, 100-101, 139"
     assert seed_class(list(range(100, 140))) == "held-out"
+    assert seed_class([s for s in range(100, 143) if s not in (109, 120, 127)]) == "held-out"
+    assert seed_class([29, 100]) == "mixed" and seed_class([50]) == "mixed"
     assert seed_class(list(range(0, 30))) == "development"
     assert seed_class([5, 120]) == "mixed"
