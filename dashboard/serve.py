@@ -54,7 +54,8 @@ libraries import on their first use, which the first visitor would otherwise wai
 ``streamlit.emojis`` (0.57 s: Streamlit compiles its emoji catalogue the first time an
 alert's text is not ASCII), Altair's dataframe layer (narwhals), pandas' and pyarrow's
 conversions, DuckDB's reader of bytes already read (with fsspec), and the code page a zip's
-member names are decoded with (a packed run). ``tests/test_serve.py`` checks that no page imports a library module first."""
+member names are decoded with (a packed run). ``tests/test_serve.py`` checks that no page
+imports a library module first."""
 GC_THRESHOLDS = (20_000, 20, 20)
 """Python's collector thresholds in the server (its default: 700, 10, 10): a youngest
 generation of 20,000 objects, the older two collected every 20 collections of the one
@@ -95,9 +96,10 @@ def run_args(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Set the collector (:data:`GC_THRESHOLDS`), preload and freeze what it imported, start the start-up visits (``dashboard.warmup``) unless ``argv`` (this
-    process's arguments by default) begins with ``--no-warm``, then ``streamlit run`` with
-    the rest of ``argv`` and :data:`OPTIONS`."""
+    """Set the collector (:data:`GC_THRESHOLDS`), preload and freeze what it imported, start
+    the start-up visits (``dashboard.warmup``) unless ``argv`` (this process's arguments by
+    default) begins with ``--no-warm``, then ``streamlit run`` with the rest of ``argv`` and
+    :data:`OPTIONS`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     warm = not (argv and argv[0] == "--no-warm")
     if not warm:
