@@ -19,7 +19,6 @@ Definitions (the paper's appendix A.4, for our turn records):
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -31,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from loaders.remote.mirror import run_identity
-from mfm.boundary import MAX_JSON_FILE_BYTES
+from mfm.boundary import read_json
 from mfm.memory import AgentMemory, ContentIndex
 from mfm.memory.consolidation import GUIDE
 from mfm.schema import INHERITED, IndexRow, RunManifest, TurnRow
@@ -241,9 +240,7 @@ def kept_measures(run: Any) -> RunMeasures | None:
         return None
     path = folder / MEASURES
     try:
-        if path.stat().st_size > MAX_JSON_FILE_BYTES:
-            raise ValueError(f"larger than {MAX_JSON_FILE_BYTES} bytes")
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_json(folder, MEASURES)
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")
         doc.pop("measured_from", None)

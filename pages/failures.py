@@ -94,10 +94,9 @@ if len(shown):
                                 "target_y": st.column_config.NumberColumn("target y")})
 else:
     st.info("No failure or death matches these filters.")
-matching = set(shown["episode"])
 options = list(dict.fromkeys(e for e in listed["episode"] if e))
 want = ui.qp("ep")
-if want and want in matching and want not in options:
+if want and want not in options and (shown["episode"] == want).any():
     options.insert(0, want)
 labels: dict[str, str] = {}
 for r in shown[shown["episode"].isin(options)].itertuples():
