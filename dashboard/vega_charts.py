@@ -35,13 +35,14 @@ from loaders.frame_images import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 _SPEC_LOCK = threading.Lock()
 
 
-def spec(chart: alt.TopLevelMixin, validate: bool = True) -> dict[str, Any]:
+def spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
     """``chart`` as a Vega-Lite spec, its tables inline whatever their length (Altair's
     default transformer refuses more than 5,000 rows; the pages bound what they draw
-    themselves). ``validate``: check it against the Vega-Lite schema (the costly part of the
-    conversion; a chart made again on every rerun skips it, the tests validate each chart)."""
+    themselves), not checked against the Vega-Lite schema: that check is the costly part of
+    the conversion (0.1-0.2 s of a chart's first drawing at 360,000 steps), and the tests
+    make it on every chart they build (``tests/conftest.chart_spec``)."""
     with _SPEC_LOCK, alt.data_transformers.enable("default", max_rows=None):
-        return chart.to_dict(validate=validate)
+        return chart.to_dict(validate=False)
 
 
 def with_here(map_spec: dict[str, Any], x: float, y: float, step: int, life: int, plane: str) -> dict[str, Any]:
@@ -50,7 +51,7 @@ def with_here(map_spec: dict[str, Any], x: float, y: float, step: int, life: int
     ring = spec(alt.Chart(pd.DataFrame([{"x": x, "y": y, "step": step, "life": life}])).mark_point(
         shape="circle", size=260, strokeWidth=3, color="#000000", filled=False).encode(
         x=alt.X("x:Q", title="x (cells)"), y=alt.Y("y:Q", title=f"{plane} (cells, downwards as in the game)"),
-        tooltip=["step:Q", "life:Q", "x:Q", "y:Q"]), validate=False)
+        tooltip=["step:Q", "life:Q", "x:Q", "y:Q"]))
     layer = {k: ring[k] for k in ("data", "mark", "encoding")}
     return {**map_spec, "datasets": {**map_spec.get("datasets", {}), **ring["datasets"]},
             "layer": [*map_spec["layer"], layer]}

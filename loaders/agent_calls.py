@@ -157,6 +157,12 @@ def tool_calls(turns: pd.DataFrame, tools: Iterable[str] = ("search", "inspect")
     return df
 
 
+def run_tool_calls(run: Run) -> pd.DataFrame:
+    """:func:`tool_calls` of a run's searches and inspections, parsed once per run version
+    (``Run.derived``; 0.2 s at 360,000 steps): read it, never change it."""
+    return run.derived("tool-calls", lambda r: tool_calls(r.turns()))
+
+
 def inspections(turns: pd.DataFrame, episodes: pd.DataFrame, inherited: pd.DataFrame | None = None,
                 from_run: str | None = None) -> pd.DataFrame:
     """Every frame inspection with what the agent saw then and what it retrieved.

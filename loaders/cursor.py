@@ -95,8 +95,16 @@ def parse(run: Run, life_text: str | None, step_text: str | None) -> tuple[Curso
 
 
 def turns_of(run: Run, life: int) -> list[TurnRow]:
-    """The turns of ``life`` in order of their first step (then their number)."""
-    return sorted((t for t in run.records("turns.jsonl") if t.life == life), key=lambda t: (t.first_step, t.turn))
+    """The turns of ``life`` in order of their first step (then their number). Sorted once per
+    run version for every life (``Run.derived``): the sidebar asks on every rerun of every page."""
+    return run.derived("turns-by-life", _turns_by_life).get(int(life), [])
+
+
+def _turns_by_life(run: Run) -> dict[int, list[TurnRow]]:
+    out: dict[int, list[TurnRow]] = {}
+    for t in sorted(run.records("turns.jsonl"), key=lambda t: (t.first_step, t.turn)):
+        out.setdefault(t.life, []).append(t)
+    return out
 
 
 def turn_contains(turn: TurnRow, c: Cursor) -> bool:

@@ -9,6 +9,7 @@ from loaders.agent_calls import (
     MODEL_KINDS,
     model_calls,
     model_turns,
+    run_tool_calls,
     search_label,
     tool_calls,
 )
@@ -113,16 +114,17 @@ def timeline_marks(run: Run, lo: int | None = None, hi: int | None = None, max_p
     """:func:`marks` of a run over ``[lo, hi]`` (the whole run by default)."""
     a, b = step_bounds(run)
     return marks(run.milestones(), run.lives(), run.turns(), run.memory_writes(), a if lo is None else lo,
-                 b if hi is None else hi, max_per_kind)
+                 b if hi is None else hi, max_per_kind, run_tool_calls(run))
 
 
 def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFrame, lo: int, hi: int,
-          max_per_kind: int = 2000) -> pd.DataFrame:
+          max_per_kind: int = 2000, calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """Milestones, deaths, index searches, frame inspections, memory writes and the model
     requests of each LLM turn (:data:`MODEL_KINDS`, by :func:`model_turns`) as step marks.
 
     Columns: ``kind, step, life, label, episode, count``; kinds beyond ``max_per_kind`` marks
-    are binned (``count`` marks per row).
+    are binned (``count`` marks per row). ``calls``: ``tool_calls(turns)`` when the caller
+    holds it already.
     """
     parts = []
     if len(ms):
@@ -133,7 +135,7 @@ def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFr
         parts.append(pd.DataFrame({"kind": "death", "step": d["step"], "life": d["life"],
                                    "label": "death: " + d["cause"].fillna("unknown").astype(str),
                                    "episode": d["episode"]}))
-    calls = tool_calls(turns)
+    calls = tool_calls(turns) if calls is None else calls
     if len(calls):
         s = calls[calls["tool"] == "search"]
         parts.append(pd.DataFrame({"kind": "search", "step": s["step"], "life": s["life"],

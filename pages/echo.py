@@ -28,7 +28,7 @@ bands, problems = views.learners(pool)
 st.subheader("Unlock curve per configuration")
 st.caption("Distinct achievements unlocked after each Echo episode, per configuration.")
 if len(bands.bands):
-    st.vega_lite_chart(spec=vega_charts.spec(vega_charts.band_chart(bands, screen=True), validate=False),
+    st.vega_lite_chart(spec=vega_charts.spec(vega_charts.band_chart(bands, screen=True)),
                        width="stretch", key="echo_curve")
     ui.figure_downloads(lambda: figures.echo_figure(pool, series=bands), "echo_unlock", "double")
 else:
@@ -50,8 +50,8 @@ st.caption("Each induced task (right) is linked to the representative task it wa
            "the exemplar sharing the substituted value (dotted, labelled with its per-axis similarity). Colour: "
            "verified, failed or still a candidate.")
 if len(edges):
-    st.vega_lite_chart(spec=vega_charts.spec(vega_charts.analogy_graph(echo.analogy_layout(csds, edges), edges),
-                                             validate=False), width="stretch", key="echo_graph")
+    st.vega_lite_chart(spec=vega_charts.spec(vega_charts.analogy_graph(echo.analogy_layout(csds, edges), edges)),
+                       width="stretch", key="echo_graph")
     st.dataframe(edges, hide_index=True, width="stretch", key="echo_edges")
 else:
     st.info("This run induced no task (passive retrieval, or nothing verified yet).")

@@ -19,7 +19,7 @@ for i, (task, group) in enumerate(groups):
     if len(groups) > 1:
         st.subheader(f"Task: {ui.md(task)}")
     bands, table, reach, firsts = views.progress(group, ui.root())
-    st.vega_lite_chart(spec=vega_charts.spec(vega_charts.band_chart(bands, screen=True), validate=False),
+    st.vega_lite_chart(spec=vega_charts.spec(vega_charts.band_chart(bands, screen=True)),
                        width="stretch", key=f"progress_chart{tag}")
     ui.figure_downloads(lambda g=group, b=bands: figures.progress_figure(g, series=b), f"progress{tag}", "double")
     st.markdown("**Milestones per method** (mean ± std over seeds)")

@@ -73,7 +73,7 @@ def _on_pick() -> None:
 
 shown = g.where(node_id) if node_id else None
 graph = vega_charts.provenance_graph(g.nodes_frame(), g.edges_frame(), shown.id if shown else None)
-st.vega_lite_chart(spec=vega_charts.spec(graph, validate=False), width="stretch", key="prov_chart",
+st.vega_lite_chart(spec=vega_charts.spec(graph), width="stretch", key="prov_chart",
                 **({"on_select": _on_pick, "selection_mode": [vega_charts.PROV_PICK]} if g.nodes else {}))
 ui.figure_downloads(lambda: figures.provenance_figure(key, run, lo=int(lo), hi=int(hi)),
                     f"provenance_{figures.file_stem(key)}", "double")

@@ -141,12 +141,12 @@ if len(tasks) > 1:
     shown = [r for r in shown if r.manifest and r.manifest.task == task]
 ov = overview if shown is runs else runs_summary.runs_overview(shown, root, check=check or bool(runs_open))
 c1, c2 = st.columns([2, 3])
-c1.vega_lite_chart(spec=vega_charts.spec(vega_charts.reached_chart(ov), validate=False), width="stretch",
+c1.vega_lite_chart(spec=vega_charts.spec(vega_charts.reached_chart(ov)), width="stretch",
                   key="reached")
 ms = runs_summary.milestone_steps(shown, root)
 order = runs_summary.milestone_order(shown, ms)
 if len(ms):
-    c2.vega_lite_chart(spec=vega_charts.spec(vega_charts.milestones_chart(ms, order), validate=False),
+    c2.vega_lite_chart(spec=vega_charts.spec(vega_charts.milestones_chart(ms, order)),
                        width="stretch", key="ms_steps")
 else:
     c2.info("No milestone reached yet in these runs.")

@@ -33,7 +33,7 @@ for i, (task, group) in enumerate(groups):
     if not len(series.bands):
         st.info("No open run of this task records turns.")
         continue
-    st.vega_lite_chart(spec=vega_charts.spec(vega_charts.band_chart(series, screen=True), validate=False),
+    st.vega_lite_chart(spec=vega_charts.spec(vega_charts.band_chart(series, screen=True)),
                        width="stretch", key=f"spt_chart{tag}")
     if shade:
         covered = sum(hi - lo for lo, hi in shade)

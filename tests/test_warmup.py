@@ -2,6 +2,7 @@
 leave in the server's caches what a browser's first visit then uses."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,7 +17,9 @@ import pytest
 from conftest import APP, REPO, write_run
 from dash_browser import free_port, needs_browser, settle, stop_group, url
 
-from dashboard.warmup import PAGES, plan
+from dashboard.warmup import PAGES, newest_run, plan, prepare
+from loaders import cursor
+from loaders.run import open_run
 from mfm.schema import MANIFEST
 
 
@@ -32,12 +35,29 @@ def test_the_visits_open_the_run_written_last(tmp_path: Path, newest: str) -> No
     base = time.time_ns()
     for i, key in enumerate(keys):
         _touch(tmp_path / key, base - (0 if key == newest else (i + 1) * 10**9))
-    assert plan(tmp_path) == [("", ""), *[(page, urlencode({"runs": newest})) for page in PAGES]]
+    assert newest_run(tmp_path) == tmp_path / newest
+    assert plan(tmp_path, newest_run(tmp_path)) == [("", ""), *[(page, urlencode({"runs": newest})) for page in PAGES]]
 
 
 def test_with_no_run_only_the_runs_page_is_visited(tmp_path: Path) -> None:
     (tmp_path / "not_a_run").mkdir()
-    assert plan(tmp_path) == [("", "")]
+    assert newest_run(tmp_path) is None
+    assert plan(tmp_path, None) == [("", "")]
+
+
+def test_the_run_opened_at_start_is_the_one_the_pages_then_get(tmp_path: Path) -> None:
+    """What the server reads at its start (``prepare``) is held where a page's ``open_run``
+    finds it: the same run object, its tables read and its turns sorted per life."""
+    run_dir = tmp_path / "r"
+    shutil.copytree(REPO / "sample_runs" / "diamond_mfm_s2", run_dir)
+    run = prepare(run_dir)
+    assert open_run(run_dir) is run and run.loaded
+    raw = [json.loads(line) for line in (run_dir / "turns.jsonl").read_text().splitlines() if line.strip()]
+    lives = sorted({t["life"] for t in raw})
+    assert len(lives) > 1
+    for life in lives:
+        assert [t.turn for t in cursor.turns_of(run, life)] == [
+            t["turn"] for t in sorted(raw, key=lambda t: (t["first_step"], t["turn"])) if t["life"] == life]
 
 
 VISITS = re.compile(r"mfm dashboard: start-up visits \((?P<run>[^)]*)\): (?P<made>.*) \([0-9.]+ s after")
