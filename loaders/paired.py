@@ -73,10 +73,16 @@ def _base(label: str) -> str:
 
 def _pairs(labels: list[str]) -> list[tuple[str, str]]:
     """The pairs to compare: every two base methods (MFM first, then in the tables' order
-    backwards), and each arm or ablation against its own method."""
-    base = sorted({lab for lab in labels if " " not in lab},
-                  key=lambda m: -ORDER.index(m) if m in ORDER else -len(ORDER))
-    out = [(x, y) for i, x in enumerate(base) for y in base[i + 1:]]
+    backwards); every two methods' runs of the same arm or ablation (``mfm no-budget`` against
+    ``vista no-budget``: the methods compared again with that change made to all), in the same
+    order; and each arm or ablation against its own method."""
+    def rank(lab: str) -> int:
+        return -ORDER.index(_base(lab)) if _base(lab) in ORDER else -len(ORDER)
+
+    out = []
+    for arm in [""] + sorted({lab.split(" ", 1)[1] for lab in labels if " " in lab}):
+        same = sorted((lab for lab in labels if (lab.split(" ", 1)[1] if " " in lab else "") == arm), key=rank)
+        out += [(x, y) for i, x in enumerate(same) for y in same[i + 1:]]
     return out + [(lab, _base(lab)) for lab in sorted(labels) if " " in lab and _base(lab) in labels]
 
 

@@ -85,10 +85,13 @@ def run(method: str, seed: int, done: int | None, task: str = "reach-3000", budg
 def test_paired_table_pairs_runs_by_seed() -> None:
     ms = [run("mfm", 1, 4000), run("mfm", 2, None), run("mfm", 3, 5000), run("mfm", 4, 3100),
           run("vista", 1, None), run("vista", 2, None), run("vista", 3, 7000), run("vista", 5, 3000),
-          run("vista no-budget", 1, 6000), run("vista no-budget", 3, None)]
+          run("vista no-budget", 1, 6000), run("vista no-budget", 3, None), run("mfm no-budget", 3, 2000)]
     t = paired_table(ms)
     rows = {(r["a"], r["b"]): r for r in t.to_dict("records")}
-    assert list(rows) == [("mfm", "vista"), ("vista no-budget", "vista")]
+    assert list(rows) == [("mfm", "vista"), ("mfm no-budget", "vista no-budget"), ("mfm no-budget", "mfm"),
+                          ("vista no-budget", "vista")]
+    across = rows[("mfm no-budget", "vista no-budget")]
+    assert across["seeds"] == [3] and (across["only_a"], across["only_b"]) == (1, 0)
     mv = rows[("mfm", "vista")]
     assert mv["seeds"] == [1, 2, 3] and (mv["successes_a"], mv["successes_b"]) == (2, 1)
     assert (mv["only_a"], mv["only_b"], mv["p_mcnemar"]) == (1, 0, 1.0)
