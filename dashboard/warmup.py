@@ -96,8 +96,8 @@ def prepare(path: Path) -> Run:
     run.index  # noqa: B018 - built on first use
     for name in TABLES:
         run.table(name)
-    cursor.turns_of(run, 0)
-    cursor.life_bounds(run, 0)
+    cursor.turns_of(run, 0)  # any life: the first ask sorts the turns of every life
+    cursor.life_bounds(run, 0)  # likewise each life's first and last step
     agent_calls.run_tool_calls(run)
     return run
 

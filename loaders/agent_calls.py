@@ -164,7 +164,7 @@ def run_tool_calls(run: Run) -> pd.DataFrame:
 
 
 def inspections(turns: pd.DataFrame, episodes: pd.DataFrame, inherited: pd.DataFrame | None = None,
-                from_run: str | None = None) -> pd.DataFrame:
+                from_run: str | None = None, calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every frame inspection with what the agent saw then and what it retrieved.
 
     Columns: ``turn, life, step, episode, target_step, target_life, inherited, retrieved,
@@ -176,9 +176,10 @@ def inspections(turns: pd.DataFrame, episodes: pd.DataFrame, inherited: pd.DataF
     :func:`frame_at`: at a death step the two lives differ). ``inherited`` marks an inspection
     of an ``inherited:`` episode: its target step and life are the earlier game's (looked up in
     ``inherited``, the episodes table of the inherited run, named ``from_run``), and its frame
-    is read from that run's copy (:func:`frame_holder`), never from this run.
+    is read from that run's copy (:func:`frame_holder`), never from this run. ``calls``:
+    ``tool_calls(turns)`` when the caller holds it already.
     """
-    calls = tool_calls(turns, ("inspect",))
+    calls = tool_calls(turns, ("inspect",)) if calls is None else calls[calls["tool"] == "inspect"]
     own = episodes.set_index("id") if len(episodes) else None
     theirs = inherited.set_index("id") if inherited is not None and len(inherited) else None
     rows = []
@@ -212,7 +213,7 @@ def run_inspections(run: Run) -> pd.DataFrame:
     the run it inherited (:func:`loaders.inherited.copy_of`)."""
     copy = copy_of(run)
     return inspections(run.turns(), run.episodes(), copy.episodes() if copy is not None else None,
-                       origin(run) if copy is not None else None)
+                       origin(run) if copy is not None else None, run_tool_calls(run))
 
 
 @dataclass(frozen=True)

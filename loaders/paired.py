@@ -71,6 +71,11 @@ def _base(label: str) -> str:
     return label.split(" ", 1)[0]
 
 
+def _arm(label: str) -> str:
+    """The arm or ablation a label names after its method (``no-budget``), or ``""``."""
+    return label.split(" ", 1)[1] if " " in label else ""
+
+
 def _pairs(labels: list[str]) -> list[tuple[str, str]]:
     """The pairs to compare: every two base methods (MFM first, then in the tables' order
     backwards); every two methods' runs of the same arm or ablation (``mfm no-budget`` against
@@ -80,10 +85,10 @@ def _pairs(labels: list[str]) -> list[tuple[str, str]]:
         return -ORDER.index(_base(lab)) if _base(lab) in ORDER else -len(ORDER)
 
     out = []
-    for arm in [""] + sorted({lab.split(" ", 1)[1] for lab in labels if " " in lab}):
-        same = sorted((lab for lab in labels if (lab.split(" ", 1)[1] if " " in lab else "") == arm), key=rank)
+    for arm in sorted({_arm(lab) for lab in labels}):
+        same = sorted((lab for lab in labels if _arm(lab) == arm), key=rank)
         out += [(x, y) for i, x in enumerate(same) for y in same[i + 1:]]
-    return out + [(lab, _base(lab)) for lab in sorted(labels) if " " in lab and _base(lab) in labels]
+    return out + [(lab, _base(lab)) for lab in sorted(labels) if _arm(lab) and _base(lab) in labels]
 
 
 def paired_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
