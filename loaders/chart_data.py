@@ -201,9 +201,10 @@ def clip_range(run: Run, lo: int | None, hi: int | None) -> tuple[int, int]:
 
 
 TIMELINE_BARS = 1000
-"""Episode bars the Timeline draws at most (more episodes in the range are binned): about one
-per pixel of its plot in a 1,440-pixel window, where 3,000 bars (the cap until 2026-12) were
-2-3 per pixel and cost 0.1 s of each drawing of the page in the browser at 36,000 steps."""
+"""Episode bars the Timeline draws at most (more episodes in the range are binned): under 1.5
+per pixel of its plot, about 740 pixels wide in a 1,440-pixel window, where 3,000 bars (the cap
+until 2026-12) were 3-4 per pixel and cost 0.1 s of each drawing of the page in the browser at
+36,000 steps."""
 
 
 def timeline(run: Run, lo: int | None = None, hi: int | None = None, color_by: str = "action_kind") -> TimelineView:
