@@ -62,6 +62,10 @@ timeline = cached(chart_data.timeline)
 """``timeline(run, lo, hi, color_by)``: the Timeline's bars, marks and vitals of one step range
 (a small record per range and colouring; the chart and the episode's marks are built from it)."""
 
+episode_marks = cached(chart_data.episode_marks)
+"""``episode_marks(run, first_step, last_step, life)``: the marks of the open episode, one per
+row (the chart's may be binned); found among the run's every call, once per episode."""
+
 
 def _timeline_chart(run: Run, lo: int, hi: int, color_by: str, ep: str | None, step: int | None,
                     span: tuple[int, int, int] | None) -> dict:

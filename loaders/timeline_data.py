@@ -97,8 +97,8 @@ def timeline_bars(episodes: pd.DataFrame, lo: int | None = None, hi: int | None 
         "count": agg["count"]}, columns=cols)
 
 
-def _bin_marks(df: pd.DataFrame, lo: int, hi: int, max_per_kind: int) -> pd.DataFrame:
-    if len(df) <= max_per_kind:
+def _bin_marks(df: pd.DataFrame, lo: int, hi: int, max_per_kind: int | None) -> pd.DataFrame:
+    if max_per_kind is None or len(df) <= max_per_kind:
         return df
     edges = _bins(lo, hi, max_per_kind)
     df = df.assign(bin=np.clip(np.searchsorted(edges, df["step"].to_numpy(), side="right") - 1, 0, len(edges) - 2))
@@ -110,7 +110,8 @@ def _bin_marks(df: pd.DataFrame, lo: int, hi: int, max_per_kind: int) -> pd.Data
     return out[["kind", "step", "life", "label", "episode", "count"]]
 
 
-def timeline_marks(run: Run, lo: int | None = None, hi: int | None = None, max_per_kind: int = 2000) -> pd.DataFrame:
+def timeline_marks(run: Run, lo: int | None = None, hi: int | None = None,
+                   max_per_kind: int | None = 2000) -> pd.DataFrame:
     """:func:`marks` of a run over ``[lo, hi]`` (the whole run by default)."""
     a, b = step_bounds(run)
     return marks(run.milestones(), run.lives(), run.turns(), run.memory_writes(), a if lo is None else lo,
@@ -118,12 +119,12 @@ def timeline_marks(run: Run, lo: int | None = None, hi: int | None = None, max_p
 
 
 def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFrame, lo: int, hi: int,
-          max_per_kind: int = 2000, calls: pd.DataFrame | None = None) -> pd.DataFrame:
+          max_per_kind: int | None = 2000, calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """Milestones, deaths, index searches, frame inspections, memory writes and the model
     requests of each LLM turn (:data:`MODEL_KINDS`, by :func:`model_turns`) as step marks.
 
     Columns: ``kind, step, life, label, episode, count``; kinds beyond ``max_per_kind`` marks
-    are binned (``count`` marks per row). ``calls``: ``tool_calls(turns)`` when the caller
+    are binned (``count`` marks per row; None: never). ``calls``: ``tool_calls(turns)`` when the caller
     holds it already.
     """
     parts = []

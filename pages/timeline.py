@@ -7,7 +7,7 @@ from dashboard import figures, ui, vega_charts, views
 from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.scrubber import LABEL, frame_scrubber
 from dashboard.theme import STATUS_LABELS
-from loaders import agent_calls, chart_data, lookups, runs_summary, timeline_data
+from loaders import agent_calls, lookups, runs_summary, timeline_data
 from loaders import cursor as cur
 from loaders import notes as notes_mod
 from loaders.inherited import episode_label, is_inherited
@@ -154,7 +154,7 @@ with left:
         st.markdown("**Events.**\n" + "\n".join(f"- {ui.md(e)}" for e in row.events))
     if row.note:
         st.markdown(f"**Note.** {ui.md(row.note)}")
-    ev = chart_data.episode_marks(marks, row.first_step, row.last_step, row.life)
+    ev = views.episode_marks(run, row.first_step, row.last_step, row.life)
     if len(ev):
         st.markdown("**Marks in this episode.**")
         st.dataframe(ev[["step", "kind", "label"]].assign(label=ev["label"].str.replace("<br>", " · ")),
