@@ -60,6 +60,12 @@ if ep_id and is_inherited(ep_id):
 elif ep_id and run.episode(ep_id) is None:
     st.warning(f"Episode {ui.md(repr(ep_id), 80)} from the URL is not in this run.")
     ep_id = None
+DETAIL_TABS = ["state.json", "action.json", "outcome.json", "steps"]
+"""The episode's record, one tab at a time: only the open tab is built and sent (a lazy tab:
+choosing another reruns the page), so a click on the Timeline draws one of them, not four."""
+FRAME_TABS = ["Step through its frames", "Frame strip"]
+"""The episode's frames: stepped one at a time (the scrubber), or up to 24 of them side by side;
+a lazy tab, as :data:`DETAIL_TABS`."""
 EPISODES_AROUND = 100  # the episode picker lists this many on each side of the open one (lookups.around)
 BACK_STEPS = 8  # the scrubber also steps through this many steps before the episode, in its life
 cursor = ui.cursor(run)
@@ -160,16 +166,19 @@ with left:
         st.dataframe(ev[["step", "kind", "label"]].assign(label=ev["label"].str.replace("<br>", " · ")),
                      hide_index=True, width="stretch")
 with right:
-    tabs = st.tabs(["state.json", "action.json", "outcome.json", "steps"])
+    tabs = st.tabs(DETAIL_TABS, key="w_detail", on_change="rerun")
     for tab, (name, obj) in zip(tabs, (("state.json", d.state), ("action.json", d.action),
                                        ("outcome.json", d.outcome))):
-        with tab:
-            if obj is None:
-                st.warning(f"{ui.md_code(f'{row.path}/{name}')} is missing or unreadable.")
-            else:
-                st.json(obj, expanded=1)
-    with tabs[3]:
-        st.dataframe(d.steps.drop(columns=["episode"], errors="ignore"), hide_index=True, width="stretch", height=260)
+        if tab.open:
+            with tab:
+                if obj is None:
+                    st.warning(f"{ui.md_code(f'{row.path}/{name}')} is missing or unreadable.")
+                else:
+                    st.json(obj, expanded=1)
+    if tabs[3].open:
+        with tabs[3]:
+            st.dataframe(d.steps.drop(columns=["episode"], errors="ignore"), hide_index=True, width="stretch",
+                         height=260)
 
 if row.turn is not None:
     reqs = agent_calls.model_calls(run.turns(), row.turn)
@@ -188,21 +197,12 @@ if row.turn is not None:
                                     "error": st.column_config.TextColumn("failure", width="medium")})
     calls = agent_calls.turn_calls(run.turns(), row.turn)
     if len(calls):
-        with st.expander(f"Every call of turn {row.turn} with its result ({len(calls)})"):
-            st.dataframe(calls, hide_index=True, width="stretch", key="turn_calls",
-                         column_config={"args": st.column_config.TextColumn("args", width="large"),
-                                        "result": st.column_config.TextColumn("result", width="large")})
-
-if row.frames:
-    st.markdown("**Frame strip**")
-    try:
-        steps, thumbs, width = views.strip_thumbs(run, ep_id, 24, 128)
-        st.image(thumbs, width=width, caption=[f"step {s}" for s in steps])
-        if row.frames > len(steps):
-            st.caption(f"{len(steps)} of {row.frames} frames, evenly spaced; scrub below for every step.")
-    except (FrameError, UnsafePath) as e:
-        st.error(f"Frames of {ui.md(ep_id)} cannot be shown: {ui.md(e)}")
-
+        every = st.expander(f"Every call of turn {row.turn} with its result ({len(calls)})", key="w_calls",
+                            on_change="rerun")
+        if every.open:
+            every.dataframe(calls, hide_index=True, width="stretch", key="turn_calls",
+                            column_config={"args": st.column_config.TextColumn("args", width="large"),
+                                           "result": st.column_config.TextColumn("result", width="large")})
 
 
 @st.fragment
@@ -240,4 +240,17 @@ def _scrubber(row: IndexRow) -> None:
 
 
 if row.frames:
-    _scrubber(row)
+    step_tab, strip_tab = st.tabs(FRAME_TABS, key="w_frames_view", on_change="rerun")
+    if step_tab.open:
+        with step_tab:
+            _scrubber(row)
+    if strip_tab.open:
+        with strip_tab:
+            try:
+                steps, thumbs, width = views.strip_thumbs(run, ep_id, 24, 128)
+                st.image(thumbs, width=width, caption=[f"step {s}" for s in steps])
+                if row.frames > len(steps):
+                    st.caption(f"{len(steps)} of {row.frames} frames, evenly spaced; the other tab steps through "
+                               "every one.")
+            except (FrameError, UnsafePath) as e:
+                st.error(f"Frames of {ui.md(ep_id)} cannot be shown: {ui.md(e)}")

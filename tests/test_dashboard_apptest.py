@@ -93,9 +93,10 @@ def test_timeline_page(root: Path) -> None:
     assert at.title[0].value == "Timeline"
     assert any(s.value.startswith("ep_000004") for s in at.subheader)
     assert len(at.get("vega_lite_chart")) == 1 and not at.get("plotly_chart")
-    assert len(at.json) == 3
+    assert len(at.json) == 1, "only the open tab of the episode's record is built"
     scrub = json.loads(at.get("bidi_component")[0].proto.json)
     assert scrub["step"] == 30 and scrub["captions"][30 - scrub["first"]][0] == "Step 30"
+    assert not at.image, "the frame strip waits in its tab"
     at.selectbox(key="w_ep").set_value("ep_000006").run()
     assert not at.exception
     assert at.query_params["ep"] == "ep_000006"
@@ -105,6 +106,26 @@ def test_timeline_page(root: Path) -> None:
     assert at.query_params["color"] == "outcome"
     at.slider(key="w_range").set_value((20, 120)).run()
     assert at.query_params["range"] == "20-120"
+
+
+def test_timeline_tabs_build_what_is_chosen(root: Path) -> None:
+    """The episode's record and its frames sit in lazy tabs: choosing one builds its content
+    (read from the episode's files) and drops the one left."""
+    at = app("timeline", runs=CRAFTER, ep="ep_000004")
+    ep_dir = root / CRAFTER / open_run(root / CRAFTER).episode("ep_000004").path
+    assert len(at.json) == 1
+    at.session_state["w_detail"] = "outcome.json"
+    at.session_state["w_frames_view"] = "Frame strip"
+    at.run()
+    assert not at.exception
+    assert [json.loads(j.value) for j in at.json] == [json.loads((ep_dir / "outcome.json").read_text())]
+    assert not at.get("bidi_component"), "the scrubber is not built while the strip is shown"
+    (strip,) = at.image
+    frames = open_run(root / CRAFTER).episode("ep_000004").frames
+    assert len(strip.value) == min(24, frames) and all(c.startswith("step ") for c in strip.captions)
+    at.session_state["w_detail"] = "steps"
+    at.run()
+    assert not at.json and len(at.dataframe) >= 1
 
 
 def test_timeline_deep_link_restores_range_and_colour(root: Path) -> None:
