@@ -529,8 +529,10 @@ def note_form(form_key: str, run_key: str, target: str, label: str, **place: Any
             st.session_state["_mfm_author"] = who
             st.session_state[said] = ("ok", f"Saved note {md(n.id)} in `.mfm/notes/notes.jsonl` of the runs root.")
 
-    with st.expander(f"Add a note or a bookmark on {label}", icon=":material/edit_note:"):
-        with st.form(form_key, clear_on_submit=True, border=False):
+    box = st.expander(f"Add a note or a bookmark on {label}", icon=":material/edit_note:", key=f"{form_key}_open",
+                      on_change="rerun")
+    if box.open:  # a lazy expander: the form is built once it is opened, not on every drawing of the page
+        with box, st.form(form_key, clear_on_submit=True, border=False):
             st.radio("Kind", notes_mod.KINDS, horizontal=True, key=f"{form_key}_kind")
             st.text_area("Note", key=f"{form_key}_text", max_chars=notes_mod.MAX_TEXT,
                          placeholder="What you saw here (a bookmark may stay empty)")

@@ -82,76 +82,84 @@ for ref in refs:
     loaded.append((ref, img, title))
 
 ins = views.inspections(run)
-tab_step, tab_ep, tab_insp, tab_place = st.tabs(["By step", "By episode", "From an inspection", "By place"])
-with tab_step:
-    c1, c2, c3 = st.columns([3, 2, 2])
-    src = c1.selectbox("Run", open_keys, index=open_keys.index(key), key="w_step_run")
-    lo, hi = lookups.step_bounds(by_key[src])
-    s = c2.number_input("Env step", min_value=lo, max_value=max(lo, hi),
-                        value=min(max(lo, hi), max(lo, cursor.step if cursor and src == key else 1)), key="w_step_n")
-    c3.write("")
-    c3.button("Add frame", key="add_step", disabled=len(refs) >= MAX_FRAMES, on_click=_set,
-              args=(refs + [FrameRef(src, step=int(s))],))
-with tab_ep:
-    eps = run.episodes()
-    if len(eps):
-        c1, c2, c3 = st.columns([4, 2, 2])
-        ids = eps["id"].tolist()
-        if len(ids) <= ui.LISTED:
-            labels = dict(zip(ids, eps["summary"].fillna("").str.slice(0, 80).tolist()))
-            ep = c1.selectbox("Episode of the focused run", ids, key="w_frames_ep",
-                              format_func=lambda e: f"{e} — {labels[e]}")
-        else:
-            k = c1.number_input(f"Episode of the focused run (number 0–{len(ids) - 1} of {len(ids):,}, in index "
-                                "order)", 0, len(ids) - 1, key="w_frames_ep_no")
-            ep = ids[int(k)]
-            c1.caption(ui.md(f"{ep} — {str(eps['summary'].fillna('').iloc[int(k)])[:80]}"))
-        ref = run.episode(ep)
-        choices = ["end observation"] + ([f"first step ({ref.first_step + 1})", f"last step ({ref.last_step})"]
-                                         if ref and ref.frames else [])
-        which = c2.selectbox("Which frame", choices, key="w_frames_which")
+tab_step, tab_ep, tab_insp, tab_place = st.tabs(["By step", "By episode", "From an inspection", "By place"],
+                                                key="w_pick", on_change="rerun",
+                                                default="By place" if ui.qp("cell") else None)
+# Lazy tabs: only the open one is built (the others list every episode, inspection and frame of a cell); a
+# link from the Spatial grid (cell=) opens on the frames taken at that cell.
+if tab_step.open:
+    with tab_step:
+        c1, c2, c3 = st.columns([3, 2, 2])
+        src = c1.selectbox("Run", open_keys, index=open_keys.index(key), key="w_step_run")
+        lo, hi = lookups.step_bounds(by_key[src])
+        s = c2.number_input("Env step", min_value=lo, max_value=max(lo, hi), key="w_step_n",
+                            value=min(max(lo, hi), max(lo, cursor.step if cursor and src == key else 1)))
         c3.write("")
-        new = FrameRef(key, episode=ep) if which == "end observation" else FrameRef(
-            key, step=ref.first_step + 1 if which.startswith("first") else ref.last_step)
-        c3.button("Add frame", key="add_ep", disabled=len(refs) >= MAX_FRAMES, on_click=_set, args=(refs + [new],))
-with tab_insp:
-    if not len(ins):
-        st.info("This run has no frame inspections (turn calls with tool 'inspect').")
-    else:
-        ins_labels = ins["label"].head(ui.LISTED).tolist()
-        i = st.selectbox("Inspection event", range(len(ins_labels)), format_func=lambda k: ins_labels[k],
-                         key="w_insp")
-        if len(ins) > ui.LISTED:
-            st.caption(f"The first {ui.LISTED:,} of {len(ins):,} inspections are listed.")
-        row = ins.iloc[i]
-        got = agent_calls.inspected_frame(row)
-        src = copy_key(key) if got.inherited else key
-        if got.inherited:
-            st.caption(f"{ui.md(row['retrieved'])}: a frame of the run whose memory {ui.md_code(key)} inherited, "
-                       f"read from its copy {ui.md_code(src)}.")
-        target = FrameRef(src, step=got.step) if got.step is not None else FrameRef(src, episode=got.episode)
-        st.button("Compare the retrieved frame with the frame the agent had", key="use_insp", on_click=_set,
-                  args=([target, FrameRef(key, step=int(row["step"]))],))
-with tab_place:
-    cell = parse_cell(ui.qp("cell"))
-    c1, c2 = st.columns(2)
-    x = c1.number_input("Cell x", value=cell[0] if cell else 32, step=1, key="w_cell_x")
-    y = c2.number_input("Cell y", value=cell[1] if cell else 32, step=1, key="w_cell_y")
-    here = spatial_data.frames_at_cell_in(runs, int(x), int(y))
-    st.caption(f"{len(here)} frames were taken at ({int(x)}, {int(y)}) over {here['run'].nunique()} open run(s) and "
-               f"{here[['run', 'life']].drop_duplicates().shape[0]} life(s).")
-    if len(here):
-        sel = st.dataframe(here[["run", "life", "step", "episode"]], hide_index=True, width="stretch", height=220,
-                           on_select="rerun", selection_mode="multi-row", key="w_place_table")
-        rows = sel.selection.rows if sel and sel.selection else []
-        spread = spatial_data.one_per_life(here, MAX_FRAMES, by_run=True)
-        b1, b2 = st.columns(2)
-        here_cell = f"{int(x)},{int(y)}"
-        b1.button(f"Compare the {min(len(rows), MAX_FRAMES)} selected", disabled=not rows, key="place_sel",
-                  on_click=_set, args=([FrameRef(here.iloc[j]["run"], step=int(here.iloc[j]["step"]))
-                                        for j in rows[:MAX_FRAMES]], here_cell))
-        b2.button("Compare one frame per run and life", key="place_spread", on_click=_set,
-                  args=([FrameRef(r_, step=int(s_)) for r_, s_ in zip(spread["run"], spread["step"])], here_cell))
+        c3.button("Add frame", key="add_step", disabled=len(refs) >= MAX_FRAMES, on_click=_set,
+                  args=(refs + [FrameRef(src, step=int(s))],))
+if tab_ep.open:
+    with tab_ep:
+        eps = run.episodes()
+        if len(eps):
+            c1, c2, c3 = st.columns([4, 2, 2])
+            ids = eps["id"].tolist()
+            if len(ids) <= ui.LISTED:
+                labels = dict(zip(ids, eps["summary"].fillna("").str.slice(0, 80).tolist()))
+                ep = c1.selectbox("Episode of the focused run", ids, key="w_frames_ep",
+                                  format_func=lambda e: f"{e} — {labels[e]}")
+            else:
+                k = c1.number_input(f"Episode of the focused run (number 0–{len(ids) - 1} of {len(ids):,}, in index "
+                                    "order)", 0, len(ids) - 1, key="w_frames_ep_no")
+                ep = ids[int(k)]
+                c1.caption(ui.md(f"{ep} — {str(eps['summary'].fillna('').iloc[int(k)])[:80]}"))
+            ref = run.episode(ep)
+            choices = ["end observation"] + ([f"first step ({ref.first_step + 1})", f"last step ({ref.last_step})"]
+                                             if ref and ref.frames else [])
+            which = c2.selectbox("Which frame", choices, key="w_frames_which")
+            c3.write("")
+            new = FrameRef(key, episode=ep) if which == "end observation" else FrameRef(
+                key, step=ref.first_step + 1 if which.startswith("first") else ref.last_step)
+            c3.button("Add frame", key="add_ep", disabled=len(refs) >= MAX_FRAMES, on_click=_set, args=(refs + [new],))
+if tab_insp.open:
+    with tab_insp:
+        if not len(ins):
+            st.info("This run has no frame inspections (turn calls with tool 'inspect').")
+        else:
+            ins_labels = ins["label"].head(ui.LISTED).tolist()
+            i = st.selectbox("Inspection event", range(len(ins_labels)), format_func=lambda k: ins_labels[k],
+                             key="w_insp")
+            if len(ins) > ui.LISTED:
+                st.caption(f"The first {ui.LISTED:,} of {len(ins):,} inspections are listed.")
+            row = ins.iloc[i]
+            got = agent_calls.inspected_frame(row)
+            src = copy_key(key) if got.inherited else key
+            if got.inherited:
+                st.caption(f"{ui.md(row['retrieved'])}: a frame of the run whose memory {ui.md_code(key)} inherited, "
+                           f"read from its copy {ui.md_code(src)}.")
+            target = FrameRef(src, step=got.step) if got.step is not None else FrameRef(src, episode=got.episode)
+            st.button("Compare the retrieved frame with the frame the agent had", key="use_insp", on_click=_set,
+                      args=([target, FrameRef(key, step=int(row["step"]))],))
+if tab_place.open:
+    with tab_place:
+        cell = parse_cell(ui.qp("cell"))
+        c1, c2 = st.columns(2)
+        x = c1.number_input("Cell x", value=cell[0] if cell else 32, step=1, key="w_cell_x")
+        y = c2.number_input("Cell y", value=cell[1] if cell else 32, step=1, key="w_cell_y")
+        here = spatial_data.frames_at_cell_in(runs, int(x), int(y))
+        st.caption(f"{len(here)} frames were taken at ({int(x)}, {int(y)}) over {here['run'].nunique()} open run(s) "
+                   f"and {here[['run', 'life']].drop_duplicates().shape[0]} life(s).")
+        if len(here):
+            sel = st.dataframe(here[["run", "life", "step", "episode"]], hide_index=True, width="stretch", height=220,
+                               on_select="rerun", selection_mode="multi-row", key="w_place_table")
+            rows = sel.selection.rows if sel and sel.selection else []
+            spread = spatial_data.one_per_life(here, MAX_FRAMES, by_run=True)
+            b1, b2 = st.columns(2)
+            here_cell = f"{int(x)},{int(y)}"
+            b1.button(f"Compare the {min(len(rows), MAX_FRAMES)} selected", disabled=not rows, key="place_sel",
+                      on_click=_set, args=([FrameRef(here.iloc[j]["run"], step=int(here.iloc[j]["step"]))
+                                            for j in rows[:MAX_FRAMES]], here_cell))
+            b2.button("Compare one frame per run and life", key="place_spread", on_click=_set,
+                      args=([FrameRef(r_, step=int(s_)) for r_, s_ in zip(spread["run"], spread["step"])], here_cell))
 
 if not loaded:
     st.info("No frame chosen yet: add frames above (by step, episode, inspection or place). "

@@ -213,31 +213,33 @@ for c in v.calls:
         on_target = sorted({f"{f.name} ({f.x}, {f.y})" for f in c.finds if (f.x, f.y) in target_cells})
         label = (f"{title} {c.episode_label} · {len(c.frames)} frame(s) decoded · {len(c.finds)} find(s)"
                  + (f" · saw the target: {', '.join(on_target)}" if on_target else ""))
-        with st.expander(ui.md(label), expanded=bool(on_target)):
-            imgs, caps = [], []
-            shown_frames = [fr for fr in c.frames if fr.finds or len(c.frames) <= 8]
-            quiet = [fr.step for fr in c.frames if fr not in shown_frames]
-            if c.origin:
-                st.caption(f"Steps, positions and frames of the run {ui.md(c.origin)}, read from its copy "
-                           f"({ui.md_code(copy_key(key))}).")
-            for fr in shown_frames:
-                try:
-                    img = views.episode_frame(run, c.episode, step=fr.step) if c.episode else _frame(fr.step)
-                except (FrameError, UnsafePath) as e:
-                    st.caption(f"step {fr.step}: {ui.md(e)}")
-                    continue
-                hit = [f.tile for f in fr.finds if f.tile and (f.x, f.y) in target_cells]
-                other = [f.tile for f in fr.finds if f.tile and (f.x, f.y) not in target_cells]
-                imgs.append(outline_groups(img, [(other, FIND_OUTLINE), (hit, TARGET_OUTLINE)], factor=3, width=2))
-                caps.append(ui.md(f"{c.episode} · step {fr.step} · "
-                                  + (tv.find_caption(fr.finds, target_cells) or "nothing wanted")))
-            if imgs:
-                st.image(imgs, width=imgs[0].shape[1], caption=caps, output_format="PNG")
-            if quiet:
-                st.caption(f"{len(quiet)} more decoded frame(s) held nothing wanted: steps "
-                           + ", ".join(map(str, quiet)))
-            if found:
-                st.caption("Found: " + ui.md(", ".join(found), 1500))
+        box = st.expander(ui.md(label), expanded=bool(on_target), key=f"w_inspect_{turn}_{c.index}", on_change="rerun")
+        if box.open:  # lazy: its frames are decoded and outlined once it is opened
+            with box:
+                imgs, caps = [], []
+                shown_frames = [fr for fr in c.frames if fr.finds or len(c.frames) <= 8]
+                quiet = [fr.step for fr in c.frames if fr not in shown_frames]
+                if c.origin:
+                    st.caption(f"Steps, positions and frames of the run {ui.md(c.origin)}, read from its copy "
+                               f"({ui.md_code(copy_key(key))}).")
+                for fr in shown_frames:
+                    try:
+                        img = views.episode_frame(run, c.episode, step=fr.step) if c.episode else _frame(fr.step)
+                    except (FrameError, UnsafePath) as e:
+                        st.caption(f"step {fr.step}: {ui.md(e)}")
+                        continue
+                    hit = [f.tile for f in fr.finds if f.tile and (f.x, f.y) in target_cells]
+                    other = [f.tile for f in fr.finds if f.tile and (f.x, f.y) not in target_cells]
+                    imgs.append(outline_groups(img, [(other, FIND_OUTLINE), (hit, TARGET_OUTLINE)], factor=3, width=2))
+                    caps.append(ui.md(f"{c.episode} · step {fr.step} · "
+                                      + (tv.find_caption(fr.finds, target_cells) or "nothing wanted")))
+                if imgs:
+                    st.image(imgs, width=imgs[0].shape[1], caption=caps, output_format="PNG")
+                if quiet:
+                    st.caption(f"{len(quiet)} more decoded frame(s) held nothing wanted: steps "
+                               + ", ".join(map(str, quiet)))
+                if found:
+                    st.caption("Found: " + ui.md(", ".join(found), 1500))
     elif c.tool in ("write", "consolidate"):
         with st.container(border=True):
             st.markdown(f"**{ui.md(title)}** {ui.md_code(c.args.get('path', '')) if c.args.get('path') else ''} "
@@ -257,8 +259,9 @@ for c in v.calls:
                         f"{_num(r.get('completion_tokens'), ',.0f')} · {_num(r.get('latency_s'), '.2f')} s · "
                         f"cost {_num(r.get('cost_usd'), '.4f', '$')}")
             if c.args.get("prompt"):
-                with st.expander("Prompt"):
-                    st.code(str(c.args["prompt"]), language=None)
+                prompt = st.expander("Prompt", key=f"w_prompt_{turn}_{c.index}", on_change="rerun")
+                if prompt.open:
+                    prompt.code(str(c.args["prompt"]), language=None)
             else:
                 st.caption(f"Prompt not recorded ({c.args.get('prompt_chars', '?')} characters, sha256 "
                            f"{ui.md_code(str(c.args.get('prompt_sha256', '?'))[:16])}).")

@@ -159,6 +159,9 @@ def test_frames_from_an_inspection(root: Path) -> None:
     ins = inspections(open_run(root / CRAFTER).turns(), open_run(root / CRAFTER).episodes())
     at = app("frames", runs=CRAFTER)
     assert "No frame chosen yet" in texts(at)
+    assert not any(b.key == "use_insp" for b in at.button), "the picker's tabs are lazy: only 'By step' is built"
+    at.session_state["w_pick"] = "From an inspection"
+    at.run()
     at.button(key="use_insp").click().run()
     assert not at.exception
     row = ins.iloc[0]
@@ -182,6 +185,8 @@ def test_frames_by_number_when_a_run_has_too_many_episodes_to_list(root: Path, m
     monkeypatch.setattr(ui, "LISTED", 5)
     rows = [json.loads(line) for line in (root / CRAFTER / "index.jsonl").read_text().splitlines()]
     at = app("frames", runs=CRAFTER)
+    at.session_state["w_pick"] = "By episode"
+    at.run()
     assert not any(s.key == "w_frames_ep" for s in at.selectbox)
     at.number_input(key="w_frames_ep_no").set_value(7).run()
     assert any(c.value.startswith(rows[7]["id"]) for c in at.caption)

@@ -152,6 +152,10 @@ def test_inherited_frames_are_read_from_the_copy(root: Path) -> None:
 def test_turns_page_shows_inherited_inspections_from_the_copy(root: Path) -> None:
     turn, name = inherited_turn(root), origin_name(root)
     at = open_app("turns", runs=NEW, turn=str(turn["turn"]))
+    for i, c in enumerate(turn["calls"]):  # each inspection's frames are built once its expander is opened
+        if c["tool"] == "inspect":
+            at.session_state[f"w_inspect_{turn['turn']}_{i}"] = True
+    at.run()
     labels = [e.label for e in at.expander]
     captions = images(at)
     for c in turn["calls"]:
@@ -275,6 +279,8 @@ def test_frames_page_reads_inherited_frames_from_the_copy(root: Path) -> None:
     at = open_app("frames", runs=NEW)
     ins = agent_calls.run_inspections(open_run(root / NEW))
     k = next(i for i, r in enumerate(ins.itertuples()) if r.inherited and r.target_step is not pd.NA)
+    at.session_state["w_pick"] = "From an inspection"
+    at.run()
     at.selectbox(key="w_insp").set_value(k).run()
     at.button(key="use_insp").click().run()
     assert not at.exception and not at.error

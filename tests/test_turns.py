@@ -224,6 +224,9 @@ def test_turns_page_of_a_model_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     t = texts(at)
     assert "tokens in 1,200 / out 34 · 0.50 s · cost $0.0125" in t
     assert [m.value for m in at.metric] == ["1,200", "34", "0.50 s", "$0.0125"]
+    assert prompt not in [c.value for c in at.code], "the prompt is built once its expander is opened"
+    at.session_state["w_prompt_3_0"] = True
+    at.run()
     codes = [c.value for c in at.code]
     assert prompt in codes and any("going" in c and "go_to({})" in c for c in codes)
     assert "example.invalid" not in t
