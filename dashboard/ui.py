@@ -105,18 +105,32 @@ def qp(name: str) -> str | None:
 
 
 def set_qp(**values: Any) -> None:
-    """Set (or, with None/empty, remove) query parameters, remembering them for page changes."""
+    """Set (or, with None/empty, remove) query parameters, remembering them for page changes;
+    the URL changes once for all of them (:func:`_write_url`)."""
     sticky = st.session_state.setdefault(STICKY, {})
+    now = st.query_params.to_dict()
+    new = dict(now)
     for k, v in values.items():
         text = "" if v is None else str(v)
         if text:
-            if st.query_params.get(k) != text:
-                st.query_params[k] = text
-            sticky[k] = text
+            new[k] = sticky[k] = text
         else:
-            if k in st.query_params:
-                del st.query_params[k]
+            new.pop(k, None)
             sticky.pop(k, None)
+    _write_url(now, new)
+
+
+def _write_url(now: dict[str, str], new: dict[str, str]) -> None:
+    """Change the URL's parameters from ``now`` to ``new`` in one message to the browser.
+    Streamlit sends one per assignment and the browser pushes a history entry for each: set
+    one by one, the parameters of a page change left Back two to five half-built URLs to step
+    through, and cost a few ms of the click each."""
+    if new == now:
+        return
+    if now.keys() <= new.keys():
+        st.query_params.update({k: v for k, v in new.items() if now.get(k) != v})
+    else:
+        st.query_params.from_dict(new)
 
 
 def drop_bad_params() -> None:
@@ -137,14 +151,15 @@ def restore(keys: tuple[str, ...]) -> None:
     is kept (:func:`named` tells a value the URL named from one the session remembered)."""
     drop_bad_params()
     sticky = st.session_state.setdefault(STICKY, {})
-    put_back = set()
+    put_back = {}
     for k in (*GLOBAL_KEYS, *keys):
         if k in st.query_params:
             sticky[k] = st.query_params[k]
         elif k in sticky:
-            st.query_params[k] = sticky[k]
-            put_back.add(k)
-    st.session_state[RESTORED] = put_back
+            put_back[k] = sticky[k]
+    if put_back:
+        st.query_params.update(put_back)
+    st.session_state[RESTORED] = set(put_back)
 
 
 RESTORED = "_mfm_restored"

@@ -57,9 +57,11 @@ for i, (task, group) in enumerate(groups):
     st.subheader("Per method, pooled over seeds" + ("" if len(groups) == 1 else f" · task {ui.md(task)}"))
     st.dataframe(_rates_text(per_method), hide_index=True, width="stretch", column_config=_config(),
                  key=f"rt_methods{tag}")
-    with st.expander(f"Per run ({len(per_run)})", expanded=1 < len(per_run) <= 4):
-        st.dataframe(_rates_text(per_run), hide_index=True, width="stretch", column_config=_config(),
-                     key=f"rt_runs{tag}")
+    each = st.expander(f"Per run ({len(per_run)})", expanded=1 < len(per_run) <= 4, key=f"w_rt_runs{tag}",
+                       on_change="rerun")
+    if each.open:  # lazy: built once opened (open from the start for two to four runs)
+        each.dataframe(_rates_text(per_run), hide_index=True, width="stretch", column_config=_config(),
+                       key=f"rt_runs{tag}")
     rates = views.retarget_rates(group, per_method)
     if len(rates):
         st.vega_lite_chart(spec=dict(views.rates_spec(group)), width="content", key=f"rt_rates{tag}")

@@ -128,6 +128,9 @@ def test_timeline_shows_model_marks_and_request_details(root: Path) -> None:
     assert [None if v != v else int(v) for v in table["prompt_tokens"]] == sent
     assert "429" in table["error"].iloc[1]
     assert "Model requests of turn 0" in texts(at)
+    assert not any("result" in d.value.columns for d in at.dataframe), "every call waits in its closed expander"
+    at.session_state["w_calls"] = True
+    at.run()
     calls = _table(at, "result")
     assert list(calls["tool"])[:3] == ["model", "model", "model"]
     assert "atom" in set(calls["tool"]) and calls["result"].str.contains("finish_reason").any()
