@@ -11,8 +11,7 @@ from dashboard import ui, views
 from dashboard.core import split_list
 from loaders import search as sr
 
-SHOWN = 60
-"""Hits listed as links (the table below holds every hit)."""
+SHOWN = 60  # hits listed as links (the table below holds every hit)
 LABELS = {"search query": "search", "inspection find": "find", "decision": "decision", "note": "note (GUIDE.md)",
           "plan": "plan (working.md)", "memory file": "other memory file", "episode summary": "episode",
           "event": "event"}

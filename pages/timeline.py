@@ -60,12 +60,10 @@ if ep_id and is_inherited(ep_id):
 elif ep_id and run.episode(ep_id) is None:
     st.warning(f"Episode {ui.md(repr(ep_id), 80)} from the URL is not in this run.")
     ep_id = None
+# The episode's record and its frames (stepped one at a time by the scrubber, or up to 24 side by side) in lazy
+# tabs: only the open tab is built and sent (choosing another reruns the page), so a click draws one of each.
 DETAIL_TABS = ["state.json", "action.json", "outcome.json", "steps"]
-"""The episode's record, one tab at a time: only the open tab is built and sent (a lazy tab:
-choosing another reruns the page), so a click on the Timeline draws one of them, not four."""
 FRAME_TABS = ["Step through its frames", "Frame strip"]
-"""The episode's frames: stepped one at a time (the scrubber), or up to 24 of them side by side;
-a lazy tab, as :data:`DETAIL_TABS`."""
 EPISODES_AROUND = 100  # the episode picker lists this many on each side of the open one (lookups.around)
 BACK_STEPS = 8  # the scrubber also steps through this many steps before the episode, in its life
 cursor = ui.cursor(run)
