@@ -125,11 +125,7 @@ def _write_url(now: dict[str, str], new: dict[str, str]) -> None:
     Streamlit sends one per assignment and the browser pushes a history entry for each: set
     one by one, the parameters of a page change left Back two to five half-built URLs to step
     through, and cost a few ms of the click each."""
-    if new == now:
-        return
-    if now.keys() <= new.keys():
-        st.query_params.update({k: v for k, v in new.items() if now.get(k) != v})
-    else:
+    if new != now:
         st.query_params.from_dict(new)
 
 

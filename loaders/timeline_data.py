@@ -125,8 +125,13 @@ def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFr
 
     Columns: ``kind, step, life, label, episode, count``; kinds beyond ``max_per_kind`` marks
     are binned (``count`` marks per row; None: never). ``calls``: ``tool_calls(turns)`` when the caller
-    holds it already.
+    holds it already. Each source is cut to ``[lo, hi]`` before its labels are made.
     """
+    def within(df: pd.DataFrame) -> pd.DataFrame:
+        return df[df["step"].between(lo, hi)] if len(df) else df
+
+    ms, lv, mw = within(ms), within(lv), within(mw)
+    calls = within(tool_calls(turns) if calls is None else calls)
     parts = []
     if len(ms):
         parts.append(pd.DataFrame({"kind": "milestone", "step": ms["step"], "life": ms["life"],
@@ -136,7 +141,6 @@ def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFr
         parts.append(pd.DataFrame({"kind": "death", "step": d["step"], "life": d["life"],
                                    "label": "death: " + d["cause"].fillna("unknown").astype(str),
                                    "episode": d["episode"]}))
-    calls = tool_calls(turns) if calls is None else calls
     if len(calls):
         s = calls[calls["tool"] == "search"]
         parts.append(pd.DataFrame({"kind": "search", "step": s["step"], "life": s["life"],
@@ -145,7 +149,7 @@ def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFr
         i = calls[calls["tool"] == "inspect"]
         parts.append(pd.DataFrame({"kind": "inspect", "step": i["step"], "life": i["life"],
                                    "label": "inspect " + i["episode"].fillna("?"), "episode": i["episode"]}))
-    mt = model_turns(model_calls(turns[turns["first_step"].between(lo, hi)] if len(turns) else turns))
+    mt = within(model_turns(model_calls(turns[turns["first_step"].between(lo, hi)] if len(turns) else turns)))
     if len(mt):
         parts.append(pd.DataFrame({"kind": "model_" + mt["status"], "step": mt["step"], "life": mt["life"],
                                    "label": mt["label"], "episode": None}))
@@ -159,7 +163,6 @@ def marks(ms: pd.DataFrame, lv: pd.DataFrame, turns: pd.DataFrame, mw: pd.DataFr
         return pd.DataFrame(columns=cols)
     df = pd.concat(parts, ignore_index=True)
     df["count"] = 1
-    df = df[(df["step"] >= lo) & (df["step"] <= hi)]
     out = [_bin_marks(g.sort_values("step"), lo, hi, max_per_kind) for _, g in df.groupby("kind", sort=False)]
     out = [o for o in out if len(o)]
     return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)

@@ -195,6 +195,37 @@ def _write(w: tv.WriteView) -> None:
 
 
 target_cells = {(t.x, t.y) for t in v.targets}
+
+
+def _inspected_frames(c: tv.CallView, found: list[str]) -> None:
+    """The frames an inspection decoded, each with its finds outlined (the target's apart), and what
+    it found."""
+    imgs, caps = [], []
+    shown_frames = [fr for fr in c.frames if fr.finds or len(c.frames) <= 8]
+    quiet = [fr.step for fr in c.frames if fr not in shown_frames]
+    if c.origin:
+        st.caption(f"Steps, positions and frames of the run {ui.md(c.origin)}, read from its copy "
+                   f"({ui.md_code(copy_key(key))}).")
+    for fr in shown_frames:
+        try:
+            img = views.episode_frame(run, c.episode, step=fr.step) if c.episode else _frame(fr.step)
+        except (FrameError, UnsafePath) as e:
+            st.caption(f"step {fr.step}: {ui.md(e)}")
+            continue
+        hit = [f.tile for f in fr.finds if f.tile and (f.x, f.y) in target_cells]
+        other = [f.tile for f in fr.finds if f.tile and (f.x, f.y) not in target_cells]
+        imgs.append(outline_groups(img, [(other, FIND_OUTLINE), (hit, TARGET_OUTLINE)], factor=3, width=2))
+        caps.append(ui.md(f"{c.episode} · step {fr.step} · "
+                          + (tv.find_caption(fr.finds, target_cells) or "nothing wanted")))
+    if imgs:
+        st.image(imgs, width=imgs[0].shape[1], caption=caps, output_format="PNG")
+    if quiet:
+        st.caption(f"{len(quiet)} more decoded frame(s) held nothing wanted: steps "
+                   + ", ".join(map(str, quiet)))
+    if found:
+        st.caption("Found: " + ui.md(", ".join(found), 1500))
+
+
 if any(c.tool == "inspect" for c in v.calls):
     legend = views.outline_legend(TURN_LEGEND)
     st.image(legend, width=legend.shape[1], output_format="PNG")
@@ -216,30 +247,7 @@ for c in v.calls:
         box = st.expander(ui.md(label), expanded=bool(on_target), key=f"w_inspect_{turn}_{c.index}", on_change="rerun")
         if box.open:  # lazy: its frames are decoded and outlined once it is opened
             with box:
-                imgs, caps = [], []
-                shown_frames = [fr for fr in c.frames if fr.finds or len(c.frames) <= 8]
-                quiet = [fr.step for fr in c.frames if fr not in shown_frames]
-                if c.origin:
-                    st.caption(f"Steps, positions and frames of the run {ui.md(c.origin)}, read from its copy "
-                               f"({ui.md_code(copy_key(key))}).")
-                for fr in shown_frames:
-                    try:
-                        img = views.episode_frame(run, c.episode, step=fr.step) if c.episode else _frame(fr.step)
-                    except (FrameError, UnsafePath) as e:
-                        st.caption(f"step {fr.step}: {ui.md(e)}")
-                        continue
-                    hit = [f.tile for f in fr.finds if f.tile and (f.x, f.y) in target_cells]
-                    other = [f.tile for f in fr.finds if f.tile and (f.x, f.y) not in target_cells]
-                    imgs.append(outline_groups(img, [(other, FIND_OUTLINE), (hit, TARGET_OUTLINE)], factor=3, width=2))
-                    caps.append(ui.md(f"{c.episode} · step {fr.step} · "
-                                      + (tv.find_caption(fr.finds, target_cells) or "nothing wanted")))
-                if imgs:
-                    st.image(imgs, width=imgs[0].shape[1], caption=caps, output_format="PNG")
-                if quiet:
-                    st.caption(f"{len(quiet)} more decoded frame(s) held nothing wanted: steps "
-                               + ", ".join(map(str, quiet)))
-                if found:
-                    st.caption("Found: " + ui.md(", ".join(found), 1500))
+                _inspected_frames(c, found)
     elif c.tool in ("write", "consolidate"):
         with st.container(border=True):
             st.markdown(f"**{ui.md(title)}** {ui.md_code(c.args.get('path', '')) if c.args.get('path') else ''} "
