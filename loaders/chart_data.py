@@ -207,12 +207,13 @@ TIMELINE_BARS = 500
 per 1.5 pixels of its plot, about 740 pixels wide in a 1,440-pixel window. 3,000 bars (the cap
 until 2026-12) were 4 per pixel and cost 0.1 s of each drawing of the page in the browser at
 36,000 steps; 1,000 still drew more bars than pixels."""
-TIMELINE_MARKS = 250
+TIMELINE_MARKS = 120
 """Marks of one kind (search, inspect, memory write, ...) the Timeline draws at most; more are
-binned (``count`` marks per row). A mark is a symbol about 13 pixels wide, so 250 across the
-plot already overlap. With this cap and :data:`TIMELINE_BARS` at 500 (were 2,000 and 1,000), a
-click on the Timeline with an episode open went 0.67 → 0.58 s at 360,000 steps (5,240 marks
-drawn before, 985 after) and 0.53 → 0.49 s at 36,000 (medians of 10, one sitting)."""
+binned (``count`` marks per row, the symbol larger with the count). A mark is a symbol about 13
+pixels wide, so 120 across a plot of about 740 pixels already touch. The cap went 2,000 → 250
+(with :data:`TIMELINE_BARS` 1,000 → 500: a click on the Timeline with an episode open 0.67 →
+0.58 s at 360,000 steps, medians of 10) and 250 → 120 (985 marks drawn at 360,000 steps → 604:
+0.36 → 0.33 s, medians of 24, one sitting)."""
 
 
 def timeline(run: Run, lo: int | None = None, hi: int | None = None, color_by: str = "action_kind") -> TimelineView:

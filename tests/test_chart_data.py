@@ -106,10 +106,20 @@ def test_timeline_vitals_are_steps_jsonl(run_dir: Path) -> None:
     layer = next(la for la in chart_layers(vega_charts.timeline_chart(view)) if la["rows"] and "vital" in la["rows"][0])
     assert not any("fold" in t for t in layer.get("transform", []))
     lines: dict[tuple[int, str], list[tuple[int, float]]] = {}
+    breaks: dict[str, list[float]] = {}
     for r in layer["rows"]:
-        lines.setdefault((r["life"], r["vital"]), []).append((r["step"], r["value"]))
+        if r["value"] is None:
+            breaks.setdefault(r["vital"], []).append(r["step"])
+        else:
+            lines.setdefault((r["life"], r["vital"]), []).append((r["step"], r["value"]))
     assert {k for k in lines} == {(r["life"], v) for r in raw for v in theme.VITAL_COLORS}
     assert len(layer["rows"]) < 4 * len(raw) / 3
+    lives = sorted({r["life"] for r in raw})
+    for vital in theme.VITAL_COLORS:  # one line per vital, broken (a null) between each life and the next
+        assert len(breaks.get(vital, [])) == len(lives) - 1
+        for b, (a, c) in zip(breaks.get(vital, []), zip(lives, lives[1:])):
+            assert lines[(a, vital)][-1][0] < b < lines[(c, vital)][0][0]
+    assert layer["mark"]["invalid"].startswith("break-paths")
     binned = len(view.vitals) < len(raw)
     seen: dict[tuple[int, str, int], set] = {}
     for r in raw:
