@@ -537,17 +537,17 @@ def _with_breaks(lines: pd.DataFrame) -> pd.DataFrame:
     360,000 steps (61 lives) 244 of them, 65 ms of each drawing of the Timeline."""
     if not len(lines):
         return lines
-    parts = [lines.assign(_first=False)]
+    parts = [lines.assign(_break=False)]
     for vital, g in lines.groupby("vital", sort=False):
         step, life = g["step"].to_numpy(), g["life"].to_numpy()
         order = np.lexsort((step, life))
         step, life = step[order], life[order]
         new = life[1:] != life[:-1]
         parts.append(pd.DataFrame({"step": (step[:-1][new] + step[1:][new]) / 2, "life": life[1:][new],
-                                   "vital": vital, "value": np.nan, "_first": True}))
+                                   "vital": vital, "value": np.nan, "_break": True}))
     return (pd.concat([p for p in parts if len(p)], ignore_index=True)
-            .sort_values(["vital", "life", "_first", "step"], ascending=[True, True, False, True], kind="stable")
-            .drop(columns="_first").astype({"value": float}).reset_index(drop=True))
+            .sort_values(["vital", "life", "_break", "step"], ascending=[True, True, False, True], kind="stable")
+            .drop(columns="_break").astype({"value": float}).reset_index(drop=True))
 
 
 VITALS_HEIGHT = 150
