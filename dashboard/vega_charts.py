@@ -617,7 +617,8 @@ def timeline_chart(view: TimelineView, selected: str | None = None, step: int | 
     if len(vitals):
         names = list(theme.VITAL_COLORS)
         per_px = 10 / VITALS_HEIGHT
-        vital.append(alt.Chart(_with_breaks(view.vital_lines)).mark_line(interpolate="step-after", strokeWidth=1.5).encode(
+        line = alt.Chart(_with_breaks(view.vital_lines)).mark_line(interpolate="step-after", strokeWidth=1.5)
+        vital.append(line.encode(
             x=alt.X("step:Q", scale=x_scale),
             y=alt.Y("value:Q", scale=alt.Scale(domain=[-0.5, -0.5 + height * per_px], nice=False, zero=False),
                     axis=alt.Axis(values=[0, 3, 6, 9], orient="right", grid=False, title="vitals (0–9)",
