@@ -29,13 +29,16 @@ area repainting:
    ``stDataFrame``, a Glide data grid drawn on a canvas it mounts late) has its grid canvas
    (``data-grid-canvas``) present, with a nonzero backing store and the pixel size Glide
    gives it when it draws; every Vega-Lite chart (``stVegaLiteChart``, Altair) its
-   rendered marks (``svg.marks`` with its groups, or ``canvas.marks``) with a nonzero box;
+   rendered marks with a nonzero box: ``svg.marks`` with its groups, or a ``canvas.marks``
+   that Vega has drawn into (a 2D-context draw call on it seen: Vega creates the canvas,
+   with its size, before its first draw, and Streamlit itself switches a chart of over
+   2,000 rows a layer to the canvas renderer);
    every Plotly chart its ``.main-svg``; every ``<img>`` is ``complete`` (fetched and
    decoded, or failed: a broken image, ``naturalWidth`` 0, is reported as an error of the
    page);
 4. the main area has stopped repainting: a change to a grid canvas's size, to a Vega
-   chart's SVG (its marks redrawn, e.g. when its data arrive after the first empty
-   render), a grid canvas added, or an image's ``load`` restarts the quiet window. What
+   chart's SVG or a draw call on its canvas (its marks redrawn, e.g. when its data arrive
+   after the first empty render), a grid canvas added, or an image's ``load`` restarts the quiet window. What
    Glide writes *inside* a grid canvas (its accessibility table, fallback content that is
    never painted, ~300 ms after the grid is drawn) is not a repaint and does not count.
 
@@ -149,6 +152,15 @@ WATCH = """
     }
   }).observe(document, {subtree: true, childList: true, attributes: true,
                         attributeFilter: ['style', 'width', 'height', 'd', 'transform', 'points']});
+  const C2D = CanvasRenderingContext2D.prototype;
+  for (const name of ['fill', 'stroke', 'fillRect', 'strokeRect', 'fillText', 'drawImage']) {
+    const draw = C2D[name];
+    C2D[name] = function (...args) {
+      const c = this.canvas;
+      if (c && c.classList && c.classList.contains('marks')) { c.__mfmDrawn = true; m.chart = performance.now(); }
+      return draw.apply(this, args);
+    };
+  }
   document.addEventListener('load', (e) => { if (e.target && e.target.tagName === 'IMG') m.img = performance.now(); }, true);
   const WS = window.WebSocket;
   window.WebSocket = class extends WS {
@@ -160,7 +172,8 @@ WATCH = """
 """
 """Installed before the page's scripts: the script-run states with their times, the time of
 the last websocket message from the server, of the last keydown and pointerdown, and of the
-last change to a data grid's canvas, to a Vega chart's SVG marks and of the last image loaded."""
+last change to a data grid's canvas, to a Vega chart's SVG marks or draw call on its canvas
+(which it flags as drawn), and of the last image loaded."""
 
 PAINTED = """
 () => {
@@ -181,7 +194,7 @@ PAINTED = """
   for (const c of main.querySelectorAll('[data-testid="stVegaLiteChart"]')) {
     if (!shown(c)) continue;
     const k = c.querySelector('svg.marks, canvas.marks');
-    if (!k || (k.tagName === 'svg' && !k.querySelector('g'))) return 'a Vega-Lite chart not drawn';
+    if (!k || (k.tagName === 'svg' ? !k.querySelector('g') : !k.__mfmDrawn)) return 'a Vega-Lite chart not drawn';
     const r = k.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) return 'a Vega-Lite chart of no size';
   }

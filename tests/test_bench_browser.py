@@ -48,3 +48,42 @@ def test_browser_benchmark_times_every_page_with_its_tables_beside_the_bare_app(
     text = table(out)
     for page in (*PAGES, "bare Streamlit app"):
         assert f"| {page} |" in text, page
+
+
+CANVAS_APP = '''
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+st.title("Canvas")
+data = pd.DataFrame({"x": range(500), "y": [i % 17 for i in range(500)]})
+chart = alt.Chart(data).mark_point().encode(x="x:Q", y="y:Q").properties(
+    usermeta={"embedOptions": {"renderer": "canvas"}})
+st.vega_lite_chart(spec=chart.to_dict(), width="stretch")
+'''
+
+
+def test_a_chart_drawn_on_a_canvas_is_waited_for_until_vega_draws_into_it(tmp_path) -> None:
+    """Vega makes a chart's canvas, at its size, before it draws on it (and Streamlit itself
+    picks the canvas renderer for a layer of over 2,000 rows): the page is drawn only once a
+    draw call on that canvas is seen, never before it."""
+    from playwright.sync_api import sync_playwright
+
+    from bench.browser import ARGS, CHROMIUM, VIEWPORT, WATCH, open_by_url, serve
+
+    app = tmp_path / "canvas_app.py"
+    app.write_text(CANVAS_APP)
+    with serve(tmp_path, app=app) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            ctx = browser.new_context(viewport=VIEWPORT)
+            ctx.add_init_script(WATCH)
+            pg = ctx.new_page()
+            m = open_by_url(pg, base)
+            assert pg.locator('[data-testid="stVegaLiteChart"] canvas.marks').count() == 1
+            assert pg.locator('[data-testid="stVegaLiteChart"] svg.marks').count() == 0
+            assert m["charts"] == 1 and not m["errors"], m
+            assert m["charts_ms"] is not None, "no draw call on the chart's canvas was seen"
+            assert m["ms"] >= m["charts_ms"] > 0, m
+        finally:
+            browser.close()
