@@ -299,7 +299,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(root: Path, log: Path | None = None, app: Path | None = None) -> Iterator[str]:
+def serve(root: Path, log: Path | None = None, app: Path | None = None, repo: Path = REPO,
+          env: dict[str, str] | None = None) -> Iterator[str]:
     """The dashboard on ``root`` as ``mfm dashboard ROOT --port P`` starts it (the same
     ``python -m dashboard.serve dashboard/app.py`` command line and environment; with
     ``--no-preload``, plain ``streamlit run`` as before the preload), or ``APP`` (the bare
@@ -308,18 +309,19 @@ def serve(root: Path, log: Path | None = None, app: Path | None = None) -> Itera
     imports), on a free port, with Streamlit's file watcher off (others editing the checkout
     during a benchmark made the frontend show "source file changed" for good, which is not
     what a user sees); waits until its health check answers, yields its URL, and stops the
-    server's process group afterwards."""
+    server's process group afterwards. ``repo``: the checkout whose dashboard is served (an
+    A/B of two checkouts, ``bench.ab``); ``env``: variables added to the server's environment."""
     port = free_port()
     out = open(log, "w") if log else subprocess.DEVNULL
     how = (["dashboard.serve", *([] if WARM and app is None else ["--no-warm"])] if PRELOAD
            else ["streamlit", "run"])
-    cmd = [sys.executable, "-m", *how, str(app or REPO / "dashboard" / "app.py"),
+    cmd = [sys.executable, "-m", *how, str(app or repo / "dashboard" / "app.py"),
            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--client.showErrorDetails", "type", "--server.fileWatcherType", "none"]
     if app is None:
         cmd += ["--", "--root", str(root)]
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
-                            env=dict(os.environ, MFM_RUNS_ROOT=str(root)))
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=repo,
+                            env=dict(os.environ, MFM_RUNS_ROOT=str(root), **(env or {})))
     base = f"http://127.0.0.1:{port}"
     SERVERS[base] = proc.pid
     try:

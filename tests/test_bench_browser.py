@@ -87,3 +87,21 @@ def test_a_chart_drawn_on_a_canvas_is_waited_for_until_vega_draws_into_it(tmp_pa
             assert m["ms"] >= m["charts_ms"] > 0, m
         finally:
             browser.close()
+
+
+def test_the_ab_script_times_each_checkout_beside_the_bare_app(tmp_path) -> None:
+    """``bench.ab``: two arms of this checkout (one with a variable set) and the bare app,
+    alternated; each click timed to drawn, and a traced click's main-thread busy time."""
+    from bench.ab import run
+    from bench.browser import BARE, REPO
+    from bench.synth import make_run
+
+    make_run(tmp_path / "runs" / "tiny", steps=300, seed=0)
+    lines: list[str] = []
+    out = run(tmp_path / "runs", "tiny", "timeline", [("a", REPO, {}), ("b", REPO, {"MFM_UNUSED": "1"})],
+              rounds=2, clicks=1, busy=1, log=lines.append)
+    assert set(out) == {"a", "b", BARE} and len(lines) == 2
+    for name, r in out.items():
+        assert r["n"] == 2 and 0 < r["q1_s"] <= r["click_s"] <= r["q3_s"], (name, r)
+        assert 0 < r["script_s"] and r["busy_ms"] > 0, (name, r)
+        assert r["x_bare"] == pytest.approx(r["click_s"] / out[BARE]["click_s"])
