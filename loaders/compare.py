@@ -30,9 +30,11 @@ def measures(root: Path, task: str | None = None) -> list[RunMeasures]:
     return out
 
 
-def report(root: Path, task: str | None = None) -> str:
+def report(root: Path, task: str | None = None, against: Path | None = None) -> str:
     """All tables, methods first, then the mfm ablations (with the full mfm for reference), as
-    Markdown in which every text from a run shows literally (:mod:`loaders.escape`)."""
+    Markdown in which every text from a run shows literally (:mod:`loaders.escape`). With
+    ``against`` (another folder of runs: the same sweep with another perception, say), first
+    each method of ``root`` paired with itself there over the seeds both ran."""
     ms = measures(root, task)
     if not ms:
         return ""
@@ -42,7 +44,11 @@ def report(root: Path, task: str | None = None) -> str:
     not_done = [f"{md_text(m.name)} ({md_text(m.status)})" for m in ms if m.status != "finished"]
     if not_done:
         parts += [f"Not finished: {', '.join(not_done)}.", ""]
-    for title, block in paired.sections(root, ms, task):
+    blocks = paired.sections(root, ms, task)
+    if against is not None:
+        blocks.insert(0, (f"Each method here against itself under {md_code(against)} (the same seeds; success: exact "
+                          "McNemar; steps: a failure at its budget)", paired.between_markdown(ms, measures(against, task))))
+    for title, block in blocks:
         text = md_text(block) if isinstance(block, str) else \
             paper_tables.to_markdown(block) if not block.empty else "(none)"
         parts += [f"### {title}", "", text, ""]

@@ -91,28 +91,59 @@ def _pairs(labels: list[str]) -> list[tuple[str, str]]:
     return out + [(lab, _base(lab)) for lab in sorted(labels) if _arm(lab) and _base(lab) in labels]
 
 
-def paired_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
-    """Per task, each pair of methods over the seeds both ran to an end (:data:`TRIALS`):
-    the pair count, successes of each, seeds only one succeeded on, the exact McNemar p, and
-    the mean difference of steps (first minus second, a failure at its budget) with its 95%
+def _pair_row(ra: Sequence[RunMeasures], rb: Sequence[RunMeasures]) -> dict[str, Any]:
+    """The paired figures of runs ``ra[i]`` and ``rb[i]`` (one pair per seed): the pair
+    count, successes of each, seeds only one succeeded on, the exact McNemar p, and the mean
+    difference of steps (first minus second, a failure at its budget) with its 95%
     paired-bootstrap interval."""
+    ok_a, ok_b = [r.done_step is not None for r in ra], [r.done_step is not None for r in rb]
+    only_a, only_b, p = mcnemar_exact(ok_a, ok_b)
+    steps = [[r.done_step if r.done_step is not None else r.budget for r in g] for g in (ra, rb)]
+    mean, lo, hi = paired_bootstrap(*steps)
+    return {"pairs": len(ra), "seeds": [r.seed for r in ra], "successes_a": sum(ok_a), "successes_b": sum(ok_b),
+            "only_a": only_a, "only_b": only_b, "p_mcnemar": p, "steps_diff": mean, "steps_lo": lo, "steps_hi": hi}
+
+
+def _by_task(ms: Sequence[RunMeasures]) -> dict[str, dict[tuple[str, int], RunMeasures]]:
+    """Per task, the runs that ran to an end (:data:`TRIALS`) by (method, seed)."""
+    out: dict[str, dict[tuple[str, int], RunMeasures]] = {}
+    for r in ms:
+        if r.status in TRIALS and r.seed is not None:
+            out.setdefault(r.task, {})[(r.method, r.seed)] = r
+    return out
+
+
+def paired_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Per task, each pair of methods over the seeds both ran to an end (:data:`TRIALS`),
+    with the figures of :func:`_pair_row`."""
     rows = []
-    ended = [r for r in ms if r.status in TRIALS]
-    for task in sorted({r.task for r in ended}):
-        runs = {(r.method, r.seed): r for r in ended if r.task == task and r.seed is not None}
+    for task, runs in sorted(_by_task(ms).items()):
         labels = sorted({m for m, _ in runs})
         for x, y in _pairs(labels):
             seeds = sorted({s for m, s in runs if m == x} & {s for m, s in runs if m == y})
-            if not seeds:
-                continue
-            ra, rb = [runs[(x, s)] for s in seeds], [runs[(y, s)] for s in seeds]
-            ok_a, ok_b = [r.done_step is not None for r in ra], [r.done_step is not None for r in rb]
-            only_a, only_b, p = mcnemar_exact(ok_a, ok_b)
-            steps = [[r.done_step if r.done_step is not None else r.budget for r in g] for g in (ra, rb)]
-            mean, lo, hi = paired_bootstrap(*steps)
-            rows.append({"task": task, "a": x, "b": y, "pairs": len(seeds), "seeds": seeds,
-                         "successes_a": sum(ok_a), "successes_b": sum(ok_b), "only_a": only_a, "only_b": only_b,
-                         "p_mcnemar": p, "steps_diff": mean, "steps_lo": lo, "steps_hi": hi})
+            if seeds:
+                rows.append({"task": task, "a": x, "b": y,
+                             **_pair_row([runs[(x, s)] for s in seeds], [runs[(y, s)] for s in seeds])})
+    return pd.DataFrame(rows)
+
+
+def between_table(here: Sequence[RunMeasures], there: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Each method against itself in another folder of runs (the same sweep with another
+    ``--perception``, say): per task and method, over the seeds both folders ran to an end,
+    the figures of :func:`_pair_row` with ``a`` the runs of ``here`` and ``b`` those of
+    ``there``. Methods in the tables' order, then their arms."""
+    a, b = _by_task(here), _by_task(there)
+
+    def rank(lab: str) -> tuple[int, str]:
+        return (ORDER.index(_base(lab)) if _base(lab) in ORDER else len(ORDER), lab)
+
+    rows = []
+    for task in sorted(a.keys() & b.keys()):
+        for method in sorted({m for m, _ in a[task]} & {m for m, _ in b[task]}, key=rank):
+            seeds = sorted({s for m, s in a[task] if m == method} & {s for m, s in b[task] if m == method})
+            if seeds:
+                rows.append({"task": task, "method": method,
+                             **_pair_row([a[task][(method, s)] for s in seeds], [b[task][(method, s)] for s in seeds])})
     return pd.DataFrame(rows)
 
 
@@ -220,24 +251,37 @@ def sweep_records(root: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _steps_cell(mean: float, lo: float, hi: float) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:+.0f}" + ("" if math.isnan(lo) else f" ({lo:+.0f} to {hi:+.0f})")
+
+
+def _figure_cells(t: pd.DataFrame, a: str = "a", b: str = "b") -> dict[str, list[str]]:
+    """The display cells of :func:`_pair_row`'s figures, ``a`` and ``b`` naming the two sides."""
+    return {
+        f"successes {a} / {b}": [f"{x} / {y}" for x, y in zip(t["successes_a"], t["successes_b"])],
+        f"only {a} / only {b}": [f"{x} / {y}" for x, y in zip(t["only_a"], t["only_b"])],
+        "McNemar exact p": [f"{p:.3g}" for p in t["p_mcnemar"]],
+        f"steps {a} - {b}, mean (95% paired bootstrap)": [_steps_cell(*v) for v in zip(t["steps_diff"], t["steps_lo"],
+                                                                                       t["steps_hi"])]}
+
+
+def between_markdown(here: Sequence[RunMeasures], there: Sequence[RunMeasures]) -> pd.DataFrame:
+    """:func:`between_table` as display cells (``here`` against ``there``)."""
+    t = between_table(here, there)
+    if t.empty:
+        return t
+    return pd.DataFrame({"task": t["task"], "method": t["method"], "paired seeds": t["pairs"],
+                         **_figure_cells(t, "here", "there")})
+
+
 def paired_markdown(ms: Sequence[RunMeasures]) -> pd.DataFrame:
     """:func:`paired_table` as display cells."""
     t = paired_table(ms)
     if t.empty:
         return t
-
-    def steps(mean: float, lo: float, hi: float) -> str:
-        if math.isnan(mean):
-            return "-"
-        return f"{mean:+.0f}" + ("" if math.isnan(lo) else f" ({lo:+.0f} to {hi:+.0f})")
-
-    return pd.DataFrame({
-        "task": t["task"], "a": t["a"], "b": t["b"], "paired seeds": t["pairs"],
-        "successes a / b": [f"{x} / {y}" for x, y in zip(t["successes_a"], t["successes_b"])],
-        "only a / only b": [f"{x} / {y}" for x, y in zip(t["only_a"], t["only_b"])],
-        "McNemar exact p": [f"{p:.3g}" for p in t["p_mcnemar"]],
-        "steps a - b, mean (95% paired bootstrap)": [steps(*v) for v in zip(t["steps_diff"], t["steps_lo"],
-                                                                              t["steps_hi"])]})
+    return pd.DataFrame({"task": t["task"], "a": t["a"], "b": t["b"], "paired seeds": t["pairs"], **_figure_cells(t)})
 
 
 def sections(root: Any, ms: Sequence[RunMeasures], task: str | None = None) -> list[tuple[str, pd.DataFrame | str]]:

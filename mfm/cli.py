@@ -571,11 +571,13 @@ def cmd_results(args: argparse.Namespace) -> int:
         return 2
     from loaders.compare import report
 
-    if not is_url(args.root) and not Path(args.root).is_dir():
-        print(f"mfm results: {args.root}: {'not a folder' if Path(args.root).exists() else 'no such folder'}",
-              file=sys.stderr)
-        return 2
-    text = report(args.root if is_url(args.root) else Path(args.root), task=args.task)
+    for root in (args.root, *([args.against] if args.against else [])):
+        if not is_url(root) and not Path(root).is_dir():
+            print(f"mfm results: {root}: {'not a folder' if Path(root).exists() else 'no such folder'}",
+                  file=sys.stderr)
+            return 2
+    where = (lambda root: root if is_url(root) else Path(root))
+    text = report(where(args.root), task=args.task, against=where(args.against) if args.against else None)
     if not text.strip():
         print(f"mfm results: no runs under {args.root}" + (f" of task {args.task}" if args.task else ""),
               file=sys.stderr)
@@ -838,6 +840,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("results", help="print the comparison tables of the runs under a folder")
     t.add_argument("root", help="folder of runs (e.g. a sweep's --out)")
     t.add_argument("--task", default=None, help="only runs of this task")
+    t.add_argument("--against", default=None, metavar="OTHER",
+                   help="another folder of runs (the same sweep with another --perception, say): each method "
+                        "here paired with itself there over the same seeds")
     t.set_defaults(func=cmd_results)
 
     e = sub.add_parser("echo", help="Echo learner (recipes learned from scratch): runs and the Success@0->k report")

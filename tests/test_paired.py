@@ -107,3 +107,42 @@ def test_seed_block_names_ranges_and_classes() -> None:
     assert seed_class([29, 100]) == "mixed" and seed_class([50]) == "mixed"
     assert seed_class(list(range(0, 30))) == "development"
     assert seed_class([5, 120]) == "mixed"
+
+
+def test_between_table_pairs_each_method_with_itself_in_another_folder() -> None:
+    from loaders.paired import between_markdown, between_table
+
+    here = [run("mfm", 1, 4000), run("mfm", 2, None), run("mfm", 3, 5000), run("vista", 1, 3000),
+            run("direct", 1, None), run("mfm", 1, 900, task="reach-1000")]
+    there = [run("mfm", 1, None), run("mfm", 2, 6000), run("mfm", 3, 4000), run("mfm", 4, 2000),
+             run("vista", 2, 3000), run("direct", 1, None)]
+    t = between_table(here, there)
+    assert [(r["task"], r["method"]) for r in t.to_dict("records")] == [("reach-3000", "direct"),
+                                                                      ("reach-3000", "mfm")]
+    mfm = t.to_dict("records")[1]
+    assert mfm["seeds"] == [1, 2, 3] and (mfm["successes_a"], mfm["successes_b"]) == (2, 2)
+    assert (mfm["only_a"], mfm["only_b"], mfm["p_mcnemar"]) == (1, 1, 1.0)
+    assert math.isclose(mfm["steps_diff"], ((4000 - 15000) + (15000 - 6000) + (5000 - 4000)) / 3)
+    cells = between_markdown(here, there)
+    assert list(cells["successes here / there"]) == ["0 / 0", "2 / 2"]
+    assert between_table(here, []).empty
+
+
+def test_results_against_the_same_folder_finds_no_difference() -> None:
+    """``mfm results ROOT --against ROOT``: every method paired with itself, so no seed differs."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, "-m", "mfm.cli", "results", "sample_runs", "--against", "sample_runs"],
+                         capture_output=True, text=True, cwd=REPO, check=True).stdout
+    block = out.split("### Each method here against itself under `sample_runs`", 1)[1].split("###", 1)[0]
+    rows = [line.split("|")[1:-1] for line in block.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows
+    for row in rows:
+        cells = [c.strip() for c in row]
+        assert cells[4].split(" / ") == ["0", "0"] and cells[5] == "1" and cells[6].startswith("+0"), cells
+    bad = subprocess.run([sys.executable, "-m", "mfm.cli", "results", "sample_runs", "--against", "no/such"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "no/such: no such folder" in bad.stderr
