@@ -46,8 +46,9 @@ def report(root: Path, task: str | None = None, against: Path | None = None) -> 
         parts += [f"Not finished: {', '.join(not_done)}.", ""]
     blocks = paired.sections(root, ms, task)
     if against is not None:
-        blocks.insert(0, (f"Each method here against itself under {md_code(against)} (the same seeds; success: exact "
-                          "McNemar; steps: a failure at its budget)", paired.between_markdown(ms, measures(against, task))))
+        title = (f"Each method here against itself under {md_code(against)} (the same seeds; success: exact "
+                 "McNemar; steps: a failure at its budget)")
+        blocks.insert(0, (title, paired.between_markdown(ms, measures(against, task))))
     for title, block in blocks:
         text = md_text(block) if isinstance(block, str) else \
             paper_tables.to_markdown(block) if not block.empty else "(none)"

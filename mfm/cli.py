@@ -565,7 +565,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     """Print the comparison tables (milestones, retargeting, interaction, retrieval reach)."""
-    if store_unusable("results", args.root):
+    if any(store_unusable("results", root) for root in (args.root, args.against) if root):
         return 2
     if missing_extra("results", "read"):
         return 2
