@@ -30,15 +30,17 @@ area repainting:
    (``data-grid-canvas``) present, with a nonzero backing store and the pixel size Glide
    gives it when it draws; every Vega-Lite chart (``stVegaLiteChart``, Altair) its
    rendered marks with a nonzero box: ``svg.marks`` with its groups, or a ``canvas.marks``
-   that Vega has drawn into (a 2D-context draw call on it seen: Vega creates the canvas,
-   with its size, before its first draw, and Streamlit itself switches a chart of over
-   2,000 rows a layer to the canvas renderer);
+   that Vega has drawn into; and every other canvas shown (a component's, such as a page's
+   own drawing) has been drawn into too: a 2D-context draw call on it seen (Vega creates
+   its canvas, with its size, before its first draw, Streamlit itself switches a chart of
+   over 2,000 rows a layer to the canvas renderer, and a component may draw late; Glide's
+   grid canvases are judged as above);
    every Plotly chart its ``.main-svg``; every ``<img>`` is ``complete`` (fetched and
    decoded, or failed: a broken image, ``naturalWidth`` 0, is reported as an error of the
    page);
 4. the main area has stopped repainting: a change to a grid canvas's size, to a Vega
-   chart's SVG or a draw call on its canvas (its marks redrawn, e.g. when its data arrive
-   after the first empty render), a grid canvas added, or an image's ``load`` restarts the quiet window. What
+   chart's SVG or a draw call on a canvas other than Glide's (marks redrawn, e.g. when a
+   chart's data arrive after the first empty render), a grid canvas added, or an image's ``load`` restarts the quiet window. What
    Glide writes *inside* a grid canvas (its accessibility table, fallback content that is
    never painted, ~300 ms after the grid is drawn) is not a repaint and does not count.
 
@@ -157,7 +159,10 @@ WATCH = """
     const draw = C2D[name];
     C2D[name] = function (...args) {
       const c = this.canvas;
-      if (c && c.classList && c.classList.contains('marks')) { c.__mfmDrawn = true; m.chart = performance.now(); }
+      if (c && c.getAttribute && c.getAttribute('data-testid') !== 'data-grid-canvas') {
+        c.__mfmDrawn = true;
+        m.chart = performance.now();
+      }
       return draw.apply(this, args);
     };
   }
@@ -172,8 +177,8 @@ WATCH = """
 """
 """Installed before the page's scripts: the script-run states with their times, the time of
 the last websocket message from the server, of the last keydown and pointerdown, and of the
-last change to a data grid's canvas, to a Vega chart's SVG marks or draw call on its canvas
-(which it flags as drawn), and of the last image loaded."""
+last change to a data grid's canvas, to a Vega chart's SVG marks or draw call on any other
+canvas (which it flags as drawn), and of the last image loaded."""
 
 PAINTED = """
 () => {
@@ -198,6 +203,8 @@ PAINTED = """
     const r = k.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) return 'a Vega-Lite chart of no size';
   }
+  for (const c of main.querySelectorAll('canvas:not([data-testid="data-grid-canvas"])'))
+    if (shown(c) && !c.__mfmDrawn) return 'a canvas not drawn';
   for (const c of main.querySelectorAll('[data-testid="stPlotlyChart"]'))
     if (shown(c) && !c.querySelector('.main-svg')) return 'a Plotly chart not drawn';
   for (const i of main.querySelectorAll('img'))

@@ -50,7 +50,7 @@ def test_browser_benchmark_times_every_page_with_its_tables_beside_the_bare_app(
         assert f"| {page} |" in text, page
 
 
-CANVAS_APP = '''
+CANVAS_APP = """
 import altair as alt
 import pandas as pd
 import streamlit as st
@@ -60,13 +60,20 @@ data = pd.DataFrame({"x": range(500), "y": [i % 17 for i in range(500)]})
 chart = alt.Chart(data).mark_point().encode(x="x:Q", y="y:Q").properties(
     usermeta={"embedOptions": {"renderer": "canvas"}})
 st.vega_lite_chart(spec=chart.to_dict(), width="stretch")
-'''
+late = st.components.v2.component("late_canvas", isolate_styles=False,
+                                 html='<canvas class="late" width="40" height="20"></canvas>', js='''
+export default function ({ parentElement }) {
+  const c = parentElement.querySelector('canvas.late');
+  setTimeout(() => { c.getContext('2d').fillRect(0, 0, 40, 20); window.__lateDrawn = performance.now(); }, 700);
+}''')
+late(key="late")
+"""
 
 
-def test_a_chart_drawn_on_a_canvas_is_waited_for_until_vega_draws_into_it(tmp_path) -> None:
+def test_a_canvas_is_waited_for_until_something_draws_into_it(tmp_path) -> None:
     """Vega makes a chart's canvas, at its size, before it draws on it (and Streamlit itself
-    picks the canvas renderer for a layer of over 2,000 rows): the page is drawn only once a
-    draw call on that canvas is seen, never before it."""
+    picks the canvas renderer for a layer of over 2,000 rows), and a component may draw on its
+    own canvas late: the page is drawn only once a draw call on each canvas is seen."""
     from playwright.sync_api import sync_playwright
 
     from bench.browser import ARGS, CHROMIUM, VIEWPORT, WATCH, open_by_url, serve
@@ -85,6 +92,8 @@ def test_a_chart_drawn_on_a_canvas_is_waited_for_until_vega_draws_into_it(tmp_pa
             assert m["charts"] == 1 and not m["errors"], m
             assert m["charts_ms"] is not None, "no draw call on the chart's canvas was seen"
             assert m["ms"] >= m["charts_ms"] > 0, m
+            late = pg.evaluate("() => window.__lateDrawn")
+            assert late is not None and m["ms"] >= late, (m["ms"], late)
         finally:
             browser.close()
 
