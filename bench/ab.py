@@ -1,12 +1,12 @@
 """A/B of a page's click between checkouts, beside the bare Streamlit app, in one sitting.
 
-    python -m bench.ab ROOT RUN --page timeline --arms before=/tmp/wt_before,after=. \\
+    python -m bench.ab ROOT RUN --page timeline --arm before=/tmp/wt_before --arm after=. \\
         [--from turns --query turn=3000] [--rounds 6 --clicks 4] [--busy 6] [--no-bare]
 
-Each arm is a checkout (``NAME=PATH``; ``NAME=PATH@VAR=VALUE`` also sets a variable in that
-server's environment) served as ``mfm dashboard`` serves it (``bench.browser.serve``), in a
-tab of its own opened at the ``--from`` page (default: Runs) with ``runs=RUN`` and
-``--query`` (Turns at a turn sets the time cursor, so that the Timeline opens an episode).
+Each ``--arm`` is a checkout (``NAME=PATH``; ``NAME=PATH@VAR=VALUE`` also sets a variable in
+that server's environment, e.g. ``ABL=nochart,canvas`` for a checkout patched to read it)
+served as ``mfm dashboard`` serves it (``bench.browser.serve``), in a tab of its own opened
+at the ``--from`` page (default: Runs) with ``runs=RUN`` and ``--query`` (Turns at a turn sets the time cursor, so that the Timeline opens an episode).
 Then, ``--rounds`` times, each arm in turn (the order reversed every other round, so that
 no arm always follows another) clicks ``--clicks`` times from ``--from`` to ``--page`` and
 back in the sidebar; the bare app (``bench/bare_app.py``) is one more arm, clicking from its
@@ -156,7 +156,8 @@ def main() -> None:
     p.add_argument("root", type=Path)
     p.add_argument("run", help="the run's folder under ROOT")
     p.add_argument("--page", required=True, choices=[x for x in bb.PAGES if x != "runs"])
-    p.add_argument("--arms", required=True, help="NAME=PATH[@VAR=VALUE], comma-separated")
+    p.add_argument("--arm", action="append", required=True, metavar="NAME=PATH[@VAR=VALUE]",
+                   help="a checkout to serve (repeat for each arm)")
     p.add_argument("--from", dest="first", default="runs", choices=bb.PAGES, help="the page clicked from")
     p.add_argument("--query", default="", help="more URL parameters of the --from page, as a query string")
     p.add_argument("--rounds", type=int, default=6)
@@ -165,7 +166,7 @@ def main() -> None:
     p.add_argument("--no-bare", action="store_true")
     a = p.parse_args()
     try:
-        arms = [parse_arm(x) for x in a.arms.split(",")]
+        arms = [parse_arm(x) for x in a.arm]
     except ValueError as e:
         p.error(str(e))
     if len({n for n, _, _ in arms}) < len(arms) or any(n == bb.BARE for n, _, _ in arms):

@@ -40,8 +40,8 @@ area repainting:
    page);
 4. the main area has stopped repainting: a change to a grid canvas's size, to a Vega
    chart's SVG or a draw call on a canvas other than Glide's (marks redrawn, e.g. when a
-   chart's data arrive after the first empty render), a grid canvas added, or an image's ``load`` restarts the quiet window. What
-   Glide writes *inside* a grid canvas (its accessibility table, fallback content that is
+   chart's data arrive after the first empty render), a grid canvas added, or an image's
+   ``load`` restarts the quiet window. What Glide writes *inside* a grid canvas (its accessibility table, fallback content that is
    never painted, ~300 ms after the grid is drawn) is not a repaint and does not count.
 
 The time reported is that frame's time minus the action's: the navigation start for a
