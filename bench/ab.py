@@ -6,7 +6,8 @@
 Each ``--arm`` is a checkout (``NAME=PATH``; ``NAME=PATH@VAR=VALUE`` also sets a variable in
 that server's environment, e.g. ``ABL=nochart,canvas`` for a checkout patched to read it)
 served as ``mfm dashboard`` serves it (``bench.browser.serve``), in a tab of its own opened
-at the ``--from`` page (default: Runs) with ``runs=RUN`` and ``--query`` (Turns at a turn sets the time cursor, so that the Timeline opens an episode).
+at the ``--from`` page (default: Runs) with ``runs=RUN`` and ``--query`` (Turns at a turn
+sets the time cursor, so that the Timeline opens an episode).
 Then, ``--rounds`` times, each arm in turn (the order reversed every other round, so that
 no arm always follows another) clicks ``--clicks`` times from ``--from`` to ``--page`` and
 back in the sidebar; the bare app (``bench/bare_app.py``) is one more arm, clicking from its
