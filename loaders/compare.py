@@ -34,10 +34,14 @@ def report(root: Path, task: str | None = None, against: Path | None = None) -> 
     """All tables, methods first, then the mfm ablations (with the full mfm for reference), as
     Markdown in which every text from a run shows literally (:mod:`loaders.escape`). With
     ``against`` (another folder of runs: the same sweep with another perception, say), first
-    each method of ``root`` paired with itself there over the seeds both ran."""
+    each method of ``root`` paired with itself there over the seeds both ran (:class:`LookupError`
+    when ``against`` holds no run of ``task``)."""
     ms = measures(root, task)
     if not ms:
         return ""
+    there = measures(against, task) if against is not None else []
+    if against is not None and not there:
+        raise LookupError(f"no runs under {against}" + (f" of task {task}" if task else ""))
     budgets = sorted({m.budget for m in ms})
     parts = [f"Runs under {md_code(root)} ({len(ms)} runs; step budget {', '.join(map(str, budgets))}; "
              f"{date.today().isoformat()}).", ""]
@@ -48,7 +52,7 @@ def report(root: Path, task: str | None = None, against: Path | None = None) -> 
     if against is not None:
         title = (f"Each method here against itself under {md_code(against)} (the same seeds; success: exact "
                  "McNemar; steps: a failure at its budget)")
-        blocks.insert(0, (title, paired.between_markdown(ms, measures(against, task))))
+        blocks.insert(0, (title, paired.between_markdown(ms, there)))
     for title, block in blocks:
         text = md_text(block) if isinstance(block, str) else \
             paper_tables.to_markdown(block) if not block.empty else "(none)"

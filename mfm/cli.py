@@ -577,7 +577,11 @@ def cmd_results(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
     where = (lambda root: root if is_url(root) else Path(root))
-    text = report(where(args.root), task=args.task, against=where(args.against) if args.against else None)
+    try:
+        text = report(where(args.root), task=args.task, against=where(args.against) if args.against else None)
+    except LookupError as e:
+        print(f"mfm results: {e}", file=sys.stderr)
+        return 1
     if not text.strip():
         print(f"mfm results: no runs under {args.root}" + (f" of task {args.task}" if args.task else ""),
               file=sys.stderr)

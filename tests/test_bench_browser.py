@@ -107,7 +107,7 @@ def test_the_ab_script_times_each_checkout_beside_the_bare_app(tmp_path) -> None
 
     make_run(tmp_path / "runs" / "tiny", steps=300, seed=0)
     lines: list[str] = []
-    out = run(tmp_path / "runs", "tiny", "timeline", [("a", REPO, {}), ("b", REPO, {"MFM_UNUSED": "1"})],
+    out = run(tmp_path / "runs", "tiny", "timeline", [("a", REPO, {}), ("b", REPO, {"AB_ARM_MARK": "1"})],
               rounds=2, clicks=1, busy=1, log=lines.append)
     assert set(out) == {"a", "b", BARE} and len(lines) == 2
     for name, r in out.items():

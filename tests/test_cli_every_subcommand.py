@@ -22,7 +22,7 @@ from mfm.cli import build_parser
 SAMPLES = REPO / "sample_runs"
 RUN = SAMPLES / "diamond_direct_s3_1600steps"
 
-READS = {"runs", "src", "paths", "root", "inherit"}
+READS = {"runs", "src", "paths", "root", "inherit", "against"}
 """Arguments (by dest) that name runs or runs roots read by the command."""
 WRITES = {"dest", "out"}
 """Arguments (by dest) that name a folder the command writes."""

@@ -146,3 +146,6 @@ def test_results_against_the_same_folder_finds_no_difference() -> None:
     bad = subprocess.run([sys.executable, "-m", "mfm.cli", "results", "sample_runs", "--against", "no/such"],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "no/such: no such folder" in bad.stderr
+    empty = subprocess.run([sys.executable, "-m", "mfm.cli", "results", "sample_runs", "--against", "docs"],
+                           capture_output=True, text=True, cwd=REPO)
+    assert empty.returncode == 1 and empty.stderr.strip() == "mfm results: no runs under docs", empty.stderr
