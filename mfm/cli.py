@@ -565,13 +565,14 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     """Print the comparison tables (milestones, retargeting, interaction, retrieval reach)."""
-    if any(store_unusable("results", root) for root in (args.root, args.against) if root):
+    roots = [r for r in (args.root, args.against) if r]
+    if any(store_unusable("results", root) for root in roots):
         return 2
     if missing_extra("results", "read"):
         return 2
     from loaders.compare import report
 
-    for root in (args.root, *([args.against] if args.against else [])):
+    for root in roots:
         if not is_url(root) and not Path(root).is_dir():
             print(f"mfm results: {root}: {'not a folder' if Path(root).exists() else 'no such folder'}",
                   file=sys.stderr)
