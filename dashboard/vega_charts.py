@@ -1,8 +1,9 @@
 """Vega-Lite (Altair) charts of every page: the Runs page, where a dashboard session starts,
 the seed-band curves (Progress, Steps per turn, Echo), Retargeting (the A.4 rates and the
-retarget mini-map), Echo's analogy graph, the Frames panels, and the Timeline, the Spatial
-grid and the Provenance graph, whose clicks are Vega-Lite point selections that the page
-reads through ``st.vega_lite_chart(on_select=...)``. Pages draw a chart's spec (:func:`spec`),
+retarget mini-map), Echo's analogy graph, the Frames panels, and the Spatial grid and the
+Provenance graph, whose clicks are Vega-Lite point selections that the page reads through
+``st.vega_lite_chart(on_select=...)`` (the Timeline is drawn on a canvas of its own,
+``dashboard.timeline_canvas``). Pages draw a chart's spec (:func:`spec`),
 made once per view where the view is cached: Streamlit's own conversion of an Altair chart
 validates it on every rerun, which took half of a Timeline rerun. The exported figures of
 ``dashboard.figures`` draw the seed bands and the rates with the same functions. No
@@ -28,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dashboard import theme
-from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands, TimelineView
+from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands
 from loaders.display import data_uri
 from loaders.frame_images import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 
@@ -480,157 +481,6 @@ def grid_map(view: GridView, cell: tuple[int, int] | None = None, mark: tuple[in
             + (f" ({len(lives)} lives)" if many else "") + ". Drag to pan, wheel to zoom, double-click to reset.")
     return alt.layer(*layers).properties(width=width, height=height, title=note(text, 12),
                                          autosize=alt.AutoSizeParams(type="pad", contains="padding"))
-
-
-STAR = ("M0,-1L0.24,-0.33L0.95,-0.31L0.38,0.12L0.59,0.81L0,0.4L-0.59,0.81L-0.38,0.12L-0.95,-0.31L-0.24,-0.33Z")
-CIRCLE_X = ("M0,-1A1,1 0 1 1 0,1A1,1 0 1 1 0,-1ZM-0.5,-0.65L0,-0.15L0.5,-0.65L0.65,-0.5L0.15,0L0.65,0.5"
-            "L0.5,0.65L0,0.15L-0.5,0.65L-0.65,0.5L-0.15,0L-0.65,-0.5Z")
-TIMELINE_SHAPES = {**theme.VEGA_SHAPES, "x": CROSS, "star": STAR, "triangle-down": "triangle-down",
-                   "circle-x": CIRCLE_X}
-"""The Vega-Lite shape of each marker symbol of ``theme.MARK_STYLES`` (Plotly's names): the
-theme's, with the marks' own x-shaped cross, star and circled cross."""
-
-MARK_OFFSETS = {"milestone": -0.42, "memory_write": -0.32, "death": 0.0, "search": 0.32, "inspect": 0.42,
-                "model_ok": 0.2, "model_retried": 0.2, "model_failed": 0.2}
-"""Where in its life's lane (lane height 1) each kind of timeline mark sits, so kinds at
-one step do not hide each other."""
-
-TIMELINE_PICK = "pick_episode"
-"""The timeline's click selection: the clicked bar's ``episode`` (empty for merged bars)."""
-
-SELECTED = "selected episode"
-"""The legend name of the pointer over the selected episode."""
-
-
-def _lane_height(lives: list[int]) -> int:
-    """Pixels per life's lane: roomy for a few lives, at least 22 for many."""
-    return 70 if len(lives) <= 8 else max(22, 560 // len(lives))
-
-
-def _timeline_marks(view: TimelineView, selected: str | None,
-                    span: tuple[int, int, int] | None) -> pd.DataFrame:
-    """The event marks with their lane position, shape, colour and size (pixels²), and the
-    selected episode's pointer."""
-    marks, lives = view.marks, view.lives
-    scale = 1.0 if len(lives) <= 8 else max(0.55, 8 / len(lives))
-    parts = []
-    for kind, style in theme.MARK_STYLES.items():
-        m = marks[marks["kind"] == kind] if len(marks) else marks
-        if not len(m):
-            continue
-        side = (style["size"] * scale if m["count"].max() <= 1
-                else np.clip((style["size"] + np.log2(m["count"].to_numpy(float))) * scale, 5, 22))
-        parts.append(pd.DataFrame({"step": m["step"], "lane": m["life"] + MARK_OFFSETS[kind], "name": style["name"],
-                                   "label": m["label"], "size": np.square(side) * 0.8}))
-    if span is not None:
-        a, b, life = span
-        parts.append(pd.DataFrame([{"step": (a + b) / 2, "lane": life - 0.47, "name": SELECTED,
-                                    "label": f"selected {selected}: steps {a}–{b}", "size": 150.0}]))
-    return (pd.concat(parts, ignore_index=True) if parts
-            else pd.DataFrame(columns=["step", "lane", "name", "label", "size"]))
-
-
-def _with_breaks(lines: pd.DataFrame) -> pd.DataFrame:
-    """``lines`` (:attr:`TimelineView.vital_lines`) with, per vital, a row of value null halfway
-    between the end of one life and the start of the next: one line per vital, broken where a
-    life ends (Vega-Lite's default for a line, in versions 5 and 6 alike, breaks it at a null).
-    One line per life and vital (``detail``) made Vega build a group per pair: at 360,000 steps
-    (61 lives) 244 of them, 65 ms of each drawing of the Timeline."""
-    if not len(lines):
-        return lines
-    parts = [lines.assign(_break=False)]
-    for vital, g in lines.groupby("vital", sort=False):
-        step, life = g["step"].to_numpy(), g["life"].to_numpy()
-        order = np.lexsort((step, life))
-        step, life = step[order], life[order]
-        new = life[1:] != life[:-1]
-        parts.append(pd.DataFrame({"step": (step[:-1][new] + step[1:][new]) / 2, "life": life[1:][new],
-                                   "vital": vital, "value": np.nan, "_break": True}))
-    return (pd.concat([p for p in parts if len(p)], ignore_index=True)
-            .sort_values(["vital", "life", "_break", "step"], ascending=[True, True, False, True], kind="stable")
-            .drop(columns="_break").astype({"value": float}).reset_index(drop=True))
-
-
-VITALS_HEIGHT = 150
-"""Height (pixels) of the timeline's vitals band, under the lanes."""
-
-
-def timeline_chart(view: TimelineView, selected: str | None = None, step: int | None = None,
-                   span: tuple[int, int, int] | None = None) -> alt.LayerChart:
-    """Episodes as bars over env steps, one lane per life, with the event marks, and in a
-    band below the vitals (minimum per bin when binned; their axis on the right; drawn
-    through the points where they change, :attr:`TimelineView.vital_lines`, one line per vital
-    broken between lives). ``span`` =
-    (first_step, last_step, life) of the ``selected`` episode, shaded even when its bar is
-    merged; ``step``: a dotted rule. One view, so lanes and vitals share the step axis: drag
-    it to pan, wheel to zoom (double-click resets); clicking an episode's bar selects it
-    (:data:`TIMELINE_PICK`)."""
-    bars, vitals, lives = view.bars, view.vitals, view.lives
-    what = "outcome" if view.color_by == "outcome" else "action kind"
-    lanes_px = max(_lane_height(lives) * (len(lives) + 0.2), 120)
-    lane_px = lanes_px / (len(lives) + 0.2)
-    band = VITALS_HEIGHT + 24 if len(vitals) else 0
-    height = round(lanes_px + band)
-    x_scale = alt.Scale(domain=[view.lo - 0.5, view.hi + 0.5], nice=False, zero=False)
-    top = min(lives) - 0.6
-    lane = alt.Scale(domain=[top, top + height / lane_px], nice=False, zero=False, reverse=True)
-    lane_axis = alt.Axis(values=lives, labelExpr="'life ' + datum.value", grid=False, title="life (one lane each)",
-                         titleY=lanes_px / 2)
-    x = alt.X("start:Q", scale=x_scale, title="env step")
-    y = alt.Y("top:Q", scale=lane, axis=lane_axis)
-    zoom = alt.selection_interval(name="timeline_zoom", bind="scales", encodings=["x"])
-    pick = alt.selection_point(TIMELINE_PICK, fields=["episode"], on="click", clear=False, empty=False)
-    cats = sorted(set(bars["category"])) if len(bars) else []
-    layers = [alt.Chart(bars.assign(top=bars["life"] - 0.25, bottom=bars["life"] + 0.25)).mark_rect().encode(
-        x=x, x2="end:Q", y=y, y2="bottom:Q",
-        fill=alt.Fill("category:N", title=what, legend=alt.Legend(orient="top", title=None),
-                      scale=alt.Scale(domain=cats, range=[theme.category_color(c, view.color_by) for c in cats])),
-        tooltip=[alt.Tooltip("label:N", title="episode"), alt.Tooltip("category:N", title=what),
-                 alt.Tooltip("start:Q", title="from step"), alt.Tooltip("end:Q", title="to step", format=".0f")],
-    ).add_params(zoom, pick)]
-    if span is not None:
-        a, b, life = span
-        layers.insert(0, alt.Chart(pd.DataFrame([{"start": a, "end": max(b, a + 0.5), "top": top,
-                                                  "bottom": max(lives) + 0.6}])).mark_rect(
-            color="#000000", opacity=0.10).encode(x=x, x2="end:Q", y=y, y2="bottom:Q"))
-    chosen = bars[bars["episode"] == selected] if selected and len(bars) else bars.iloc[0:0]
-    if len(chosen):
-        layers.append(alt.Chart(chosen.assign(top=chosen["life"] - 0.36, bottom=chosen["life"] + 0.36)).mark_rect(
-            filled=False, stroke="#000000", strokeWidth=2.5).encode(x=x, x2="end:Q", y=y, y2="bottom:Q"))
-    points = _timeline_marks(view, selected, span)
-    if len(points):
-        names = list(dict.fromkeys(points["name"]))
-        style = {s["name"]: s for s in theme.MARK_STYLES.values()}
-        colors = [style[n]["color"] if n in style else "#000000" for n in names]
-        shapes = [TIMELINE_SHAPES[style[n]["symbol"]] if n in style else "triangle-down" for n in names]
-        legend = alt.Legend(orient="bottom", title=None, symbolSize=110, symbolStrokeWidth=0)
-        layers.append(alt.Chart(points).mark_point(filled=True, opacity=1, stroke="#ffffff", strokeWidth=0.5).encode(
-            x=alt.X("step:Q", scale=x_scale), y=alt.Y("lane:Q", scale=lane, axis=lane_axis),
-            color=alt.Color("name:N", legend=legend, scale=alt.Scale(domain=names, range=colors)),
-            shape=alt.Shape("name:N", legend=legend, scale=alt.Scale(domain=names, range=shapes)),
-            size=alt.Size("size:Q", scale=None, legend=None),
-            tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("name:N", title="mark"), alt.Tooltip("label:N")]))
-    if step is not None:
-        layers.append(alt.Chart(pd.DataFrame([{"step": step}])).mark_rule(
-            color="#444444", strokeDash=[2, 3]).encode(x=alt.X("step:Q", scale=x_scale)))
-    vital = []
-    if len(vitals):
-        names = list(theme.VITAL_COLORS)
-        per_px = 10 / VITALS_HEIGHT
-        line = alt.Chart(_with_breaks(view.vital_lines)).mark_line(interpolate="step-after", strokeWidth=1.5)
-        vital.append(line.encode(
-            x=alt.X("step:Q", scale=x_scale),
-            y=alt.Y("value:Q", scale=alt.Scale(domain=[-0.5, -0.5 + height * per_px], nice=False, zero=False),
-                    axis=alt.Axis(values=[0, 3, 6, 9], orient="right", grid=False, title="vitals (0–9)",
-                                  titleY=height - VITALS_HEIGHT / 2)),
-            stroke=alt.Stroke("vital:N", legend=alt.Legend(orient="right", title=None),
-                              scale=alt.Scale(domain=names, range=list(theme.VITAL_COLORS.values()))),
-            tooltip=[alt.Tooltip("step:Q", title="from step"), alt.Tooltip("vital:N"), alt.Tooltip("value:Q"),
-                     alt.Tooltip("life:N")]))
-        layers.append(alt.Chart(pd.DataFrame([{"top": top + lanes_px / lane_px}])).mark_rule(
-            color="#bbbbbb").encode(y=y))
-    return alt.layer(alt.layer(*layers), *vital).resolve_scale(y="independent").properties(
-        height=height, autosize=FIT_WIDTH)
 
 
 PROV_COLUMNS = {"episode": 0, "knowledge": 1, "procedure": 2, "plan": 3, "file": 4}

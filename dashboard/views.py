@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dashboard import vega_charts
+from dashboard import timeline_canvas, vega_charts
 from dashboard.caching import cached, kept
 from loaders import agent_calls, chart_data, echo, frame_images, lookups, scrubber
 from loaders import analysis_pages as ap
@@ -67,15 +67,14 @@ episode_marks = cached(chart_data.episode_marks)
 row (the chart's may be binned); found among the run's every call, once per episode."""
 
 
-def _timeline_chart(run: Run, lo: int, hi: int, color_by: str, ep: str | None, step: int | None,
+def _timeline_lanes(run: Run, lo: int, hi: int, color_by: str, ep: str | None, step: int | None,
                     span: tuple[int, int, int] | None) -> dict:
-    return vega_charts.spec(vega_charts.timeline_chart(timeline(run, lo, hi, color_by), ep, step, span))
+    return timeline_canvas.lanes_data(timeline(run, lo, hi, color_by), ep, step, span)
 
 
-timeline_chart = cached(_timeline_chart, max_entries=16, shared=True)
-"""The Timeline's chart of a range, colouring, episode, step and episode span, as a Vega-Lite
-spec: made once (converting the chart took half of a rerun) and kept, not copied (only read),
-16 of them as each holds its tables."""
+timeline_lanes = cached(_timeline_lanes, max_entries=16, shared=True)
+"""What the Timeline's chart draws (``dashboard.timeline_canvas.lanes_data``) for a range,
+colouring, episode, step and episode span: made once and kept, not copied (only read)."""
 
 
 def _strip_thumbs(run: Run, episode: str, max_frames: int, side: int) -> tuple[list[int], list[bytes], int]:

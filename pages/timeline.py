@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import figures, ui, vega_charts, views
+from dashboard import figures, timeline_canvas, ui, views
 from dashboard.core import clamp_range, format_range, parse_int
 from dashboard.scrubber import LABEL, frame_scrubber
 from dashboard.theme import STATUS_LABELS
@@ -43,8 +43,7 @@ c1.radio("Colour episodes by", ["action kind", "outcome"], horizontal=True,
 c2.slider("Step range (zoom)", min_value=first, max_value=last,
           **ui.bound("w_range", "range", (first, last), lambda v: clamp_range(v, first, last), format_range,
                      sync=True),
-          help="Server-side zoom: long runs are binned to the range shown. In the chart, the wheel zooms "
-               "further and a drag pans (double-click resets).")
+          help="Zoom: the chart shows this range of steps; long runs are binned to what fits.")
 lo, hi = st.session_state["w_range"]
 color_by = "outcome" if st.session_state["w_color"] == "outcome" else "action_kind"
 
@@ -85,32 +84,28 @@ step = parse_int(ui.qp("step"))
 view = views.timeline(run, lo, hi, color_by)
 bars, marks = view.bars, view.marks
 sel = run.episode(ep_id) if ep_id else None
-fig = views.timeline_chart(run, lo, hi, color_by, ep_id, step,
-                           (sel.first_step, sel.last_step, sel.life) if sel else None)
+lanes = views.timeline_lanes(run, lo, hi, color_by, ep_id, step,
+                             (sel.first_step, sel.last_step, sel.life) if sel else None)
 points = len(bars) + len(marks) + len(view.vital_lines)
 
 
 def _on_bar() -> None:
-    """Chart selection callback: a clicked episode bar becomes the selected episode (a bar
-    that merges several episodes names none)."""
-    sel = st.session_state.get("timeline_chart")
-    for p in (sel["selection"].get(vega_charts.TIMELINE_PICK) or [] if sel and sel.get("selection") else []):
-        ep = p.get("episode")
-        if isinstance(ep, str) and run.episode(ep) is not None:
-            ui.set_qp(ep=ep)
-            ui.set_cursor(cur.episode_start(run.episode(ep)))
-            break
+    """The chart's click: the episode of the clicked bar becomes the selected one (a bar that
+    merges several episodes names none)."""
+    ep = (st.session_state.get("timeline_lanes") or {}).get("episode")
+    if isinstance(ep, str) and (ref := run.episode(ep)) is not None:
+        ui.set_qp(ep=ep)
+        ui.set_cursor(cur.episode_start(ref))
 
 
-st.vega_lite_chart(spec=dict(fig), width="stretch", key="timeline_chart", on_select=_on_bar,
-                selection_mode=[vega_charts.TIMELINE_PICK])
+timeline_canvas.draw(lanes, "timeline_lanes", _on_bar)
 ui.figure_downloads(lambda: figures.timeline_figure(key, run, view=view),
                     f"timeline_{figures.file_stem(key)}", "double")
 binned = len(bars) and (bars["count"] > 1).any()
 st.caption(f"Steps {lo}–{hi}: {int(bars['count'].sum()) if len(bars) else 0} episodes"
            + (f" merged into {len(bars)} bars" if binned else "")
            + f", {int(marks['count'].sum()) if len(marks) else 0} marks; {points} points drawn. "
-           "Click a bar to open its episode.")
+           "Hover for details; click a bar to open its episode.")
 
 eps = run.episodes()
 in_range = timeline_data.episodes_in_range(eps, lo, hi)

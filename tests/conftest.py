@@ -85,6 +85,14 @@ def vega_data(at) -> list[list]:
             for c in at.get("vega_lite_chart")]
 
 
+def components(at, name: str) -> list[dict]:
+    """The data each ``st.components.v2`` component called ``name`` (``mfm_timeline_lanes``,
+    ``mfm_frame_scrubber``, ...) of a finished AppTest was sent, in page order."""
+    import json
+
+    return [json.loads(c.proto.json) for c in at.get("bidi_component") if c.proto.component_name == name]
+
+
 def vega_tables(at) -> list:
     """Every table of every Vega-Lite chart of a finished AppTest (:func:`vega_data`, flat)."""
     return [t for chart in vega_data(at) for t in chart]

@@ -16,6 +16,8 @@ from loaders.run import open_run
 from loaders.agent_calls import inspections
 
 pytestmark = [needs_browser, pytest.mark.browser, pytest.mark.slow]
+LANES = ".mfm-lanes canvas[aria-label]"
+"""The Timeline's chart, once drawn (it sets its label as it draws)."""
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,8 @@ def test_timeline_page_and_deep_link(server, page) -> None:
     link = url(base, "timeline", runs=CRAFTER, ep="ep_000005", step="40", range="0-200", color="outcome")
     page.goto(link)
     check(page, "timeline", "Timeline", "Frame strip", "Step (scrub the episode's frames)", tall=2600)
-    assert page.locator(".vega-embed").count() >= 1 and page.locator(".js-plotly-plot").count() == 0
+    page.locator(LANES).wait_for(timeout=60_000)
+    assert page.locator(".js-plotly-plot").count() == 0
     heading = page.get_by_role("heading", name="ep_000005").first.inner_text()
     assert "ep_000005" in heading
     assert query(page)["ep"] == "ep_000005" and query(page)["range"] == "0-200"
@@ -71,21 +74,47 @@ def test_timeline_page_and_deep_link(server, page) -> None:
     other.context.close()
 
 
+BARS_JS = """() => {
+  const root = document.querySelector('.mfm-lanes'), st = root.__mfm, b = st.data.bars;
+  const box = root.querySelector('canvas').getBoundingClientRect();
+  return b.start.map((s, i) => ({episode: b.episode[i], start: s, color: st.data.categories[b.cat[i]][1],
+    left: box.left + st.k.x(s), right: box.left + st.k.x(b.end[i]), y: box.top + st.k.pos(b.life[i])}));
+}"""
+PIXEL_JS = """([x, y]) => {
+  const cv = document.querySelector('.mfm-lanes canvas'), box = cv.getBoundingClientRect(), r = cv.width / box.width;
+  const p = cv.getContext('2d').getImageData(Math.round((x - box.left) * r), Math.round((y - box.top) * r), 1, 1).data;
+  return '#' + [p[0], p[1], p[2]].map((v) => v.toString(16).padStart(2, '0')).join('');
+}"""
+
+
 def test_clicking_a_bar_opens_its_episode(server, page) -> None:
-    base, _ = server
+    """The Timeline's canvas: the widest bar of one episode is drawn in its category's colour
+    where the chart's scales put it, hovering it names the episode, and clicking it opens that
+    episode (the episodes themselves checked against the run's index)."""
+    base, root = server
     page.goto(url(base, "timeline", runs=CRAFTER))
     settle(page)
+    page.locator(LANES).wait_for(timeout=60_000)
     assert "ep" not in query(page)
-    rects = page.locator(".vega-embed .mark-rect path")
-    labels = [rects.nth(i).get_attribute("aria-label") or "" for i in range(rects.count())]
-    bars = [i for i, label in enumerate(labels) if "episode: ep_" in label]
-    widest = max(bars, key=lambda i: rects.nth(i).bounding_box()["width"])
-    want = labels[widest].split("episode: ")[1].split(" ")[0]
-    click_point(page, ".vega-embed .mark-rect path", widest)
+    assert "episodes" in page.locator(LANES).get_attribute("aria-label")
+    bars = [b for b in page.evaluate(BARS_JS) if b["episode"]]
+    assert {b["episode"] for b in bars} <= set(open_run(root / CRAFTER).episodes()["id"])
+    widest = max(bars, key=lambda b: b["right"] - b["left"])
+    x, y = (widest["left"] + widest["right"]) / 2, widest["y"]
+    assert page.evaluate(PIXEL_JS, [x, y]) == widest["color"].lower()
+    page.mouse.move(x - 4, y)
+    page.mouse.move(x, y)
+    tip = page.locator(".mfm-lanes-tip")
+    tip.wait_for(state="visible", timeout=10_000)
+    assert widest["episode"] in tip.inner_text()
+    page.mouse.click(x, y)
     page.wait_for_function("() => location.search.includes('ep=ep_')", timeout=60_000)
     settle(page)
-    assert query(page)["ep"] == want
-    check(page, "timeline_clicked", "Frame strip", want)
+    assert query(page)["ep"] == widest["episode"]
+    check(page, "timeline_clicked", "Frame strip", widest["episode"])
+    page.locator(LANES).wait_for(timeout=60_000)
+    chosen = page.evaluate("() => document.querySelector('.mfm-lanes').__mfm.data.chosen")
+    assert chosen[0] == widest["start"], "the opened episode's bar is outlined"
 
 
 def test_clicking_a_marker_picks_its_cell(server, page) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, chart_layers, open_app, use_root, vega_data
-from dashboard import charts, figures, theme, vega_charts
+from dashboard import charts, figures, theme, timeline_canvas, vega_charts
 from loaders import chart_data
 from loaders.run import open_run
 
@@ -71,25 +71,28 @@ def test_timeline_screen_and_print_show_the_raw_episodes(lo, hi) -> None:
     view = chart_data.timeline(run, lo, hi)
     rows = [r for r in _lines(run_dir / "index.jsonl") if r["last_step"] >= view.lo and r["first_step"] <= view.hi]
     pick = rows[len(rows) // 2]
-    chart = vega_charts.timeline_chart(view, pick["id"], pick["first_step"] + 1,
+    drawn = timeline_canvas.lanes_data(view, pick["id"], pick["first_step"] + 1,
                                        (pick["first_step"], pick["last_step"], pick["life"]))
-    layers = chart_layers(chart)
-    bars = next(la["rows"] for la in layers if "fill" in la["encoding"])
+    bars = timeline_canvas.rows(drawn["bars"])
     want = {(r["id"], r["life"], r["first_step"]) for r in rows}
     assert {(b["episode"], b["life"], b["start"]) for b in bars} == want
+    assert all(drawn["categories"][b["cat"]][0] == r["action_kind"] for b in bars for r in rows
+               if r["id"] == b["episode"] and r.get("action_kind"))
     printed = figures.timeline_figure(run_dir.name, run, view=view).chart
     assert {v["episode"] for v in _rows(printed)} == {r["id"] for r in rows}
-    marks = next(la["rows"] for la in layers if la["rows"] and "lane" in la["rows"][0])
+    marks = timeline_canvas.rows(drawn["marks"])
+    names = [k[0] for k in drawn["kinds"]]
     milestones = [m for m in _lines(run_dir / "milestones.jsonl") if view.lo <= m["step"] <= view.hi]
     assert milestones, "the sample run must have milestones in this range"
-    assert sorted((m["step"], m["lane"]) for m in marks if m["name"] == "milestone") == \
-        sorted((m["step"], m["life"] + vega_charts.MARK_OFFSETS["milestone"]) for m in milestones)
-    outline = [la["rows"] for la in layers if la["mark"].get("filled") is False]
-    assert [(b["episode"], b["start"]) for b in outline[0]] == [(pick["id"], pick["first_step"])]
-    shade = next(la["rows"][0] for la in layers if la["mark"].get("opacity") == 0.10)
-    assert (shade["start"], shade["end"]) == (pick["first_step"], max(pick["last_step"], pick["first_step"] + 0.5))
-    rule = next(la["rows"] for la in layers if la["mark"]["type"] == "rule" and "step" in la["rows"][0])
-    assert rule == [{"step": pick["first_step"] + 1}]
+    assert sorted((m["step"], m["lane"]) for m in marks if names[m["kind"]] == "milestone") == \
+        sorted((m["step"], m["life"] + timeline_canvas.MARK_OFFSETS["milestone"]) for m in milestones)
+    assert drawn["chosen"] == [pick["first_step"], next(b["end"] for b in bars if b["episode"] == pick["id"]),
+                               pick["life"]]
+    assert drawn["span"] == [pick["first_step"], max(pick["last_step"], pick["first_step"] + 0.5), pick["life"]]
+    assert drawn["step"] == pick["first_step"] + 1
+    pointer = [m for m in marks if names[m["kind"]] == timeline_canvas.SELECTED]
+    assert [(m["step"], m["lane"]) for m in pointer] == [((pick["first_step"] + pick["last_step"]) / 2,
+                                                          pick["life"] - 0.47)]
 
 
 STEPPED = sorted(p.parent for p in SAMPLES.glob("*/steps.jsonl"))
@@ -103,23 +106,23 @@ def test_timeline_vitals_are_steps_jsonl(run_dir: Path) -> None:
     the run had within its segment), with far fewer points than 4 per step."""
     raw = _lines(run_dir / "steps.jsonl")
     view = chart_data.timeline(open_run(run_dir))
-    layer = next(la for la in chart_layers(vega_charts.timeline_chart(view)) if la["rows"] and "vital" in la["rows"][0])
-    assert not any("fold" in t for t in layer.get("transform", []))
+    drawn = timeline_canvas.lanes_data(view)
+    names = [v for v, _ in drawn["vital_colors"]]
+    points = timeline_canvas.rows(drawn["vitals"])
     lines: dict[tuple[int, str], list[tuple[int, float]]] = {}
     breaks: dict[str, list[float]] = {}
-    for r in layer["rows"]:
+    for r in points:
         if r["value"] is None:
-            breaks.setdefault(r["vital"], []).append(r["step"])
+            breaks.setdefault(names[r["vital"]], []).append(r["step"])
         else:
-            lines.setdefault((r["life"], r["vital"]), []).append((r["step"], r["value"]))
+            lines.setdefault((r["life"], names[r["vital"]]), []).append((r["step"], r["value"]))
     assert {k for k in lines} == {(r["life"], v) for r in raw for v in theme.VITAL_COLORS}
-    assert len(layer["rows"]) < 4 * len(raw) / 3
+    assert len(points) < 4 * len(raw) / 3
     lives = sorted({r["life"] for r in raw})
     for vital in theme.VITAL_COLORS:  # one line per vital, broken (a null) between each life and the next
         assert len(breaks.get(vital, [])) == len(lives) - 1
         for b, (a, c) in zip(breaks.get(vital, []), zip(lives, lives[1:])):
             assert lines[(a, vital)][-1][0] < b < lines[(c, vital)][0][0]
-    assert layer["mark"].get("invalid", "default") not in ("filter", "show", None), "a null must break the line"
     binned = len(view.vitals) < len(raw)
     seen: dict[tuple[int, str, int], set] = {}
     for r in raw:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, open_app, texts, use_root, vega_tables, write_run
+from conftest import REPO, components, open_app, texts, use_root, vega_tables, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
 from loaders.agent_calls import inspections
@@ -92,9 +92,10 @@ def test_timeline_page(root: Path) -> None:
     at = app("timeline", runs=CRAFTER, ep="ep_000004", step="30")
     assert at.title[0].value == "Timeline"
     assert any(s.value.startswith("ep_000004") for s in at.subheader)
-    assert len(at.get("vega_lite_chart")) == 1 and not at.get("plotly_chart")
+    assert len(components(at, "mfm_timeline_lanes")) == 1
+    assert not at.get("vega_lite_chart") and not at.get("plotly_chart")
     assert len(at.json) == 1, "only the open tab of the episode's record is built"
-    scrub = json.loads(at.get("bidi_component")[0].proto.json)
+    (scrub,) = components(at, "mfm_frame_scrubber")
     assert scrub["step"] == 30 and scrub["captions"][30 - scrub["first"]][0] == "Step 30"
     assert not at.image, "the frame strip waits in its tab"
     at.selectbox(key="w_ep").set_value("ep_000006").run()
@@ -119,7 +120,7 @@ def test_timeline_tabs_build_what_is_chosen(root: Path) -> None:
     at.run()
     assert not at.exception
     assert [json.loads(j.value) for j in at.json] == [json.loads((ep_dir / "outcome.json").read_text())]
-    assert not at.get("bidi_component"), "the scrubber is not built while the strip is shown"
+    assert not components(at, "mfm_frame_scrubber"), "the scrubber is not built while the strip is shown"
     (strip,) = at.image
     frames = open_run(root / CRAFTER).episode("ep_000004").frames
     assert len(strip.value) == min(24, frames) and all(c.startswith("step ") for c in strip.captions)

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import APP, REPO, use_root, vega_tables
+from conftest import APP, REPO, components, use_root
 from streamlit.testing.v1 import AppTest
 
 from loaders.run import REGISTRY
@@ -84,7 +84,7 @@ def visit(opens: Opens, *pages: str) -> AppTest:
 def test_a_first_timeline_visit_opens_each_file_once(fresh_run: Path) -> None:
     opens = Opens(fresh_run)
     at = visit(opens, "timeline")
-    assert vega_tables(at), "the Timeline drew its chart"
+    assert components(at, "mfm_timeline_lanes"), "the Timeline drew its chart"
     assert {"run.json", "index.jsonl", "steps.jsonl", "grid.jsonl"} <= set(opens.count), opens.count
     assert {f: n for f, n in opens.count.items() if n > 1} == {}, opens.count
 

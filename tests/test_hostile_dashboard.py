@@ -143,8 +143,11 @@ def test_relative_paths_hide_the_root() -> None:
 # ---------------------------------------------------------------- the pages (AppTest)
 
 PLAIN_TYPES = {"plotly_chart", "arrow_data_frame", "json", "code", "text", "arrow_vega_lite_chart", "vega_lite_chart",
-               "imgs"}
-"""Elements that show text without Markdown (image captions are checked apart)."""
+               "imgs", "bidi_component"}
+"""Elements that show text without Markdown (image captions are checked apart; a component
+only while its script writes no HTML: :data:`HTML_WRITES`)."""
+HTML_WRITES = ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "createContextualFragment")
+"""What a component's script would use to turn the text of its data into HTML."""
 OPTION_FIELDS = {"options", "default", "value", "raw_value", "raw_values", "values", "set_value"}
 
 
@@ -175,6 +178,8 @@ def rendered_images(at: AppTest) -> list[str]:
     for block in (at.main, at.sidebar):
         for node in _nodes(block):
             proto, kind = getattr(node, "proto", None), getattr(node, "type", "")
+            if kind == "bidi_component":
+                assert not [w for w in HTML_WRITES if w in proto.js_content], proto.component_name
             if proto is None or kind in PLAIN_TYPES - {"imgs"}:
                 continue
             texts = [i.caption for i in proto.imgs] if kind == "imgs" else \

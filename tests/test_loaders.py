@@ -16,7 +16,7 @@ from PIL import Image
 
 from conftest import chart_layers, chart_spec, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, damage, make_root
-from dashboard import theme, vega_charts
+from dashboard import theme, timeline_canvas, vega_charts
 from dashboard.core import (FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_range, resolve_run_key,
                             runs_root)
 from loaders import chart_data
@@ -211,10 +211,8 @@ def test_a_36000_step_run_stays_under_50k_points() -> None:
     paths = spatial_data.trajectories(steps)
     assert (bars["count"] > 1).any() and bars["count"].sum() == n_eps
     assert marks.groupby("kind")["count"].sum()["memory_write"] == n_eps
-    layers = chart_layers(vega_charts.timeline_chart(chart_data.TimelineView(bars, marks, vit, 0, n_steps,
-                                                                            "action_kind")))
-    folded = [[t["fold"] for t in la.get("transform", []) if "fold" in t] for la in layers]
-    points = sum(len(la["rows"]) * (len(f[0]) if f else 1) for la, f in zip(layers, folded))
+    drawn = timeline_canvas.lanes_data(chart_data.TimelineView(bars, marks, vit, 0, n_steps, "action_kind"))
+    points = sum(len(next(iter(drawn[t].values()))) for t in ("bars", "marks", "vitals"))
     assert points <= timeline_data.MAX_POINTS, points
     assert len(paths) <= spatial_data.MAX_PATH_POINTS + steps["life"].nunique()
     assert paths.groupby("life")["step"].max().tolist() == steps.groupby("life")["step"].max().tolist()

@@ -67,7 +67,6 @@ def _screen_charts() -> dict[str, object]:
                                                   {"x": 20, "y": 5, "kind": "stone"}], 8.0),
         "grid": vega_charts.grid_map(view, (int(view.cells["x"].iloc[0]), int(view.cells["y"].iloc[0])),
                                      (int(view.cells["x"].iloc[1]), int(view.cells["y"].iloc[1]))),
-        "timeline": vega_charts.timeline_chart(chart_data.timeline(run)),
         "provenance": vega_charts.provenance_graph(g.nodes_frame(), g.edges_frame()),
         "frames": vega_charts.frames_panels([frame, frame[::-1]], ["a", "b"], tiles=True,
                                             diffs=[(frame, "diff")]),

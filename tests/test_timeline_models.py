@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import open_app as app, texts, use_root, vega_tables
+from conftest import components, open_app as app, texts, use_root
+from dashboard.timeline_canvas import rows
 from loaders import open_run
 from loaders.agent_calls import model_calls, model_turns
 from loaders.timeline_data import MAX_POINTS, timeline_marks
@@ -99,8 +100,9 @@ def test_model_marks_are_binned_in_long_runs(root: Path) -> None:
 
 def _marks(at) -> dict[str, list[str]]:
     """The Timeline chart's marks as Streamlit sent them: each kind's hover labels."""
-    table = next(t for t in vega_tables(at) if "lane" in t)
-    return {name: list(g["label"]) for name, g in table.groupby("name")}
+    (drawn,) = components(at, "mfm_timeline_lanes")
+    names = [k[0] for k in drawn["kinds"]]
+    return {name: [m["label"] for m in rows(drawn["marks"]) if names[m["kind"]] == name] for name in names}
 
 
 def _table(at, column: str):

@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from conftest import REPO, open_app, use_root
 
-from dashboard import vega_charts, views
+from dashboard import timeline_canvas, views
 from loaders import timeline_data
 
 RUN = "diamond_mfm_s2"
@@ -20,7 +20,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How often the Timeline's bars (a ``st.cache_data`` view) and its chart (a
     ``st.cache_resource`` one) were built: their builders counted where the views call them."""
     calls = {"bars": 0, "chart": 0}
-    bars, chart = timeline_data.timeline_bars, vega_charts.timeline_chart
+    bars, chart = timeline_data.timeline_bars, timeline_canvas.lanes_data
 
     def count_bars(*a, **k):
         calls["bars"] += 1
@@ -31,7 +31,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return chart(*a, **k)
 
     monkeypatch.setattr(timeline_data, "timeline_bars", count_bars)
-    monkeypatch.setattr(vega_charts, "timeline_chart", count_chart)
+    monkeypatch.setattr(timeline_canvas, "lanes_data", count_chart)
     use_root(monkeypatch, REPO / "sample_runs")
     return calls
 
