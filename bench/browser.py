@@ -33,15 +33,17 @@ area repainting:
    that Vega has drawn into; and every other canvas shown (a component's, such as a page's
    own drawing) has been drawn into too: a 2D-context draw call on it seen (Vega creates
    its canvas, with its size, before its first draw, Streamlit itself switches a chart of
-   over 2,000 rows a layer to the canvas renderer, and a component may draw late; Glide's
-   grid canvases are judged as above);
+   over 2,000 rows a layer to the canvas renderer, and a component may draw late; the
+   canvases within a data table, Glide's, are judged as above);
    every Plotly chart its ``.main-svg``; every ``<img>`` is ``complete`` (fetched and
    decoded, or failed: a broken image, ``naturalWidth`` 0, is reported as an error of the
    page);
 4. the main area has stopped repainting: a change to a grid canvas's size, to a Vega
-   chart's SVG or a draw call on a canvas other than Glide's (marks redrawn, e.g. when a
-   chart's data arrive after the first empty render), a grid canvas added, or an image's
-   ``load`` restarts the quiet window. What Glide writes *inside* a grid canvas (its accessibility table, fallback content that is
+   chart's SVG or a draw call on a canvas of the main area outside a data table (marks
+   redrawn, e.g. when a chart's data arrive after the first empty render), a grid canvas
+   added, or an image's ``load`` restarts the quiet window. Draws on Glide's own canvases
+   (within ``stDataFrame``) and on canvases not in the page (the buffers Glide, or any
+   script, draws into off the document) do not. What Glide writes *inside* a grid canvas (its accessibility table, fallback content that is
    never painted, ~300 ms after the grid is drawn) is not a repaint and does not count.
 
 The time reported is that frame's time minus the action's: the navigation start for a
@@ -159,9 +161,10 @@ WATCH = """
     const draw = C2D[name];
     C2D[name] = function (...args) {
       const c = this.canvas;
-      if (c && c.getAttribute && c.getAttribute('data-testid') !== 'data-grid-canvas') {
+      if (c && c.closest) {
         c.__mfmDrawn = true;
-        m.chart = performance.now();
+        if (c.isConnected && c.closest('[data-testid="stMain"]') && !c.closest('[data-testid="stDataFrame"]'))
+          m.chart = performance.now();
       }
       return draw.apply(this, args);
     };
@@ -203,8 +206,8 @@ PAINTED = """
     const r = k.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) return 'a Vega-Lite chart of no size';
   }
-  for (const c of main.querySelectorAll('canvas:not([data-testid="data-grid-canvas"])'))
-    if (shown(c) && !c.__mfmDrawn) return 'a canvas not drawn';
+  for (const c of main.querySelectorAll('canvas'))
+    if (!c.closest('[data-testid="stDataFrame"]') && shown(c) && !c.__mfmDrawn) return 'a canvas not drawn';
   for (const c of main.querySelectorAll('[data-testid="stPlotlyChart"]'))
     if (shown(c) && !c.querySelector('.main-svg')) return 'a Plotly chart not drawn';
   for (const i of main.querySelectorAll('img'))

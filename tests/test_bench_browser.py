@@ -67,13 +67,24 @@ export default function ({ parentElement }) {
   setTimeout(() => { c.getContext('2d').fillRect(0, 0, 40, 20); window.__lateDrawn = performance.now(); }, 700);
 }''')
 late(key="late")
+buffer = st.components.v2.component("buffer_canvas", isolate_styles=False, html='<span>buffer</span>', js='''
+export default function () {
+  const off = document.createElement('canvas'), g = off.getContext('2d'), start = performance.now();
+  const tick = setInterval(() => {
+    g.fillRect(0, 0, 4, 4);
+    if (performance.now() - start > 4000) { clearInterval(tick); window.__bufferStopped = performance.now(); }
+  }, 50);
+}''')
+buffer(key="buffer")
 """
 
 
 def test_a_canvas_is_waited_for_until_something_draws_into_it(tmp_path) -> None:
     """Vega makes a chart's canvas, at its size, before it draws on it (and Streamlit itself
     picks the canvas renderer for a layer of over 2,000 rows), and a component may draw on its
-    own canvas late: the page is drawn only once a draw call on each canvas is seen."""
+    own canvas late: the page is drawn only once a draw call on each canvas is seen. Draws on
+    a canvas that is not in the page (a buffer, as Glide's grids draw into) are no repaint:
+    one drawn every 50 ms for 4 s does not hold the page."""
     from playwright.sync_api import sync_playwright
 
     from bench.browser import ARGS, CHROMIUM, VIEWPORT, WATCH, open_by_url, serve
@@ -94,6 +105,9 @@ def test_a_canvas_is_waited_for_until_something_draws_into_it(tmp_path) -> None:
             assert m["ms"] >= m["charts_ms"] > 0, m
             late = pg.evaluate("() => window.__lateDrawn")
             assert late is not None and m["ms"] >= late, (m["ms"], late)
+            pg.wait_for_function("() => window.__bufferStopped !== undefined", timeout=30_000)
+            stopped = pg.evaluate("() => window.__bufferStopped")
+            assert m["ms"] < stopped, ("draws on a canvas off the page held the page", m["ms"], stopped)
         finally:
             browser.close()
 
