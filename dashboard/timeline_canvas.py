@@ -125,7 +125,8 @@ def lanes_data(view: TimelineView, selected: str | None = None, step: int | None
     its name, colour and :data:`SHAPES` path), ``vitals`` (``vital, life, step, value``, drawn
     step-after, a null breaking the line between lives), the selected episode's outline
     (``chosen``: start, end, life of its bar) and shaded ``span``, the dotted ``step``, the
-    lane and band sizes in pixels, and an ``aria`` sentence saying what the chart holds."""
+    lane and band sizes in pixels, and an ``aria`` sentence saying what the chart holds (the
+    ``pointer`` kind, the selected episode's, is drawn in the text colour)."""
     bars, lives = view.bars, view.lives
     lane_px = float(max(lane_height(lives) * (len(lives) + 0.2), 120) / (len(lives) + 0.2))
     cats = sorted(set(bars["category"])) if len(bars) else []
@@ -163,7 +164,7 @@ def lanes_data(view: TimelineView, selected: str | None = None, step: int | None
         "chosen": ([float(chosen["start"].iloc[0]), float(chosen["end"].iloc[0]), int(chosen["life"].iloc[0])]
                    if len(chosen) else None),
         "span": [span[0], max(span[1], span[0] + 0.5), span[2]] if span else None,
-        "step": step, "aria": aria,
+        "step": step, "aria": aria, "pointer": SELECTED,
     }
 
 
@@ -217,7 +218,7 @@ function legend(el, d) {
     const s = document.createElement('span'); s.append(swatch(color, path, line), document.createTextNode(text)); return s;
   };
   el.replaceChildren(...d.categories.map(([c, color]) => item(color, null, false, c)),
-    ...d.kinds.map(([n, color, path]) => item(color, path, false, n)),
+    ...d.kinds.map(([n, color, path]) => item(n === d.pointer ? 'currentColor' : color, path, false, n)),
     ...(d.band_px ? d.vital_colors.map(([v, color]) => item(color, null, true, v)) : []));
 }
 
@@ -244,8 +245,9 @@ function draw(root, st) {
   g.clearRect(0, 0, k.W, k.H);
   g.save(); g.beginPath(); g.rect(L, 0, k.pw, k.H); g.clip();
   if (d.span) {
-    g.fillStyle = 'rgba(0,0,0,0.10)';
+    g.fillStyle = ink; g.globalAlpha = 0.1;
     g.fillRect(k.x(d.span[0]), T, Math.max(1, k.x(d.span[1]) - k.x(d.span[0])), k.lanesH);
+    g.globalAlpha = 1;
   }
   const b = d.bars, half = d.lane_px * 0.25;
   for (let i = 0; i < b.start.length; i++) {
@@ -254,7 +256,7 @@ function draw(root, st) {
   }
   if (d.chosen) {
     const [a, e, life] = d.chosen, h = d.lane_px * 0.36;
-    g.strokeStyle = '#000'; g.lineWidth = 2.5;
+    g.strokeStyle = ink; g.lineWidth = 2.5;
     g.strokeRect(k.x(a), k.pos(life) - h, Math.max(1, k.x(e) - k.x(a)), 2 * h);
   }
   const m = d.marks, paths = d.kinds.map((kind) => new Path2D(kind[2]));
@@ -262,7 +264,8 @@ function draw(root, st) {
   for (let i = 0; i < m.step.length; i++) {
     const r = Math.sqrt(m.size[i]) / 2;
     g.save(); g.translate(k.x(m.step[i]), k.pos(m.lane[i])); g.scale(r, r);
-    g.fillStyle = d.kinds[m.kind[i]][1]; g.fill(paths[m.kind[i]], 'evenodd');
+    g.fillStyle = d.kinds[m.kind[i]][0] === d.pointer ? ink : d.kinds[m.kind[i]][1];
+    g.fill(paths[m.kind[i]], 'evenodd');
     g.lineWidth = 0.5 / r; g.stroke(paths[m.kind[i]]);
     g.restore();
   }
@@ -283,7 +286,7 @@ function draw(root, st) {
     }
   }
   if (d.step !== null) {
-    g.strokeStyle = '#444'; g.lineWidth = 1; g.setLineDash([2, 3]); g.beginPath();
+    g.strokeStyle = ink; g.lineWidth = 1; g.setLineDash([2, 3]); g.beginPath();
     g.moveTo(k.x(d.step), T); g.lineTo(k.x(d.step), T + k.lanesH + d.band_px); g.stroke(); g.setLineDash([]);
   }
   g.restore();
