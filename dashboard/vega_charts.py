@@ -36,6 +36,16 @@ from loaders.frame_images import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 _SPEC_LOCK = threading.Lock()
 
 
+def svg(spec_: dict[str, Any]) -> str:
+    """A spec of :func:`spec` drawn by Vega in this process (vl-convert) as SVG markup: a chart
+    the page shows as an image, with nothing for the browser to compute (Retargeting's rates
+    and map: drawn by Vega-Lite in the browser they cost a click what any element costs, and
+    the two together were what kept that page over twice the bare app's click)."""
+    import vl_convert
+
+    return vl_convert.vegalite_to_svg(spec_)
+
+
 def spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
     """``chart`` as a Vega-Lite spec, its tables inline whatever their length (Altair's
     default transformer refuses more than 5,000 rows; the pages bound what they draw

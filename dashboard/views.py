@@ -215,6 +215,14 @@ rates_spec = cached(_rates_spec, max_entries=16, shared=True)
 an Altair chart into a spec (and validating it) took most of a rerun of the page."""
 
 
+def _rates_svg(group: list[tuple[str, Run]]) -> str:
+    return vega_charts.svg(rates_spec(group))
+
+
+rates_svg = cached(_rates_svg, max_entries=16, shared=True)
+"""The rates chart of :data:`rates_spec` drawn in the server, as SVG markup (what the page shows)."""
+
+
 def _map_spec(run: Run, turn: int) -> dict:
     audit = retarget_audit(run, turn)
     return vega_charts.spec(vega_charts.retarget_map(audit.position, audit.inspections, audit.targets, audit.radius))
@@ -222,3 +230,11 @@ def _map_spec(run: Run, turn: int) -> dict:
 
 map_spec = cached(_map_spec, max_entries=32, shared=True)
 """The retarget map of one turn as a Vega-Lite spec (as :data:`rates_spec`), 32 turns kept."""
+
+
+def _map_svg(run: Run, turn: int) -> str:
+    return vega_charts.svg(map_spec(run, turn))
+
+
+map_svg = cached(_map_svg, max_entries=32, shared=True)
+"""The retarget map of :data:`map_spec` drawn in the server, as SVG markup (what the page shows)."""

@@ -64,7 +64,7 @@ for i, (task, group) in enumerate(groups):
                        key=f"rt_runs{tag}")
     rates = views.retarget_rates(group, per_method)
     if len(rates):
-        st.vega_lite_chart(spec=dict(views.rates_spec(group)), width="content", key=f"rt_rates{tag}")
+        st.image(views.rates_svg(group))
     ui.figure_downloads(lambda g=group, r=rates: figures.retargeting_figure(g, rates=r), f"retargeting{tag}",
                         "single")
 st.subheader(f"Retarget audit · {ui.md_code(key)}")
@@ -140,7 +140,7 @@ with left:
     p2.markdown("**Plan after**")
     p2.table(ap.plan_table(t.plan_after), hide_index=True)
 with right:
-    st.vega_lite_chart(spec=dict(views.map_spec(run, turn)), width="content", key="rt_map")
+    st.image(views.map_svg(run, turn))
     st.caption(f"Agent (black) when the turn began; inspected episodes' recorded positions (numbered diamonds; "
                f"episodes within {vega_charts.LABEL_GAP:g} cells share one) with the {RADIUS:g}-cell circle "
                "(none around an inherited episode: its position is the earlier game's, and §A.4 does not count "

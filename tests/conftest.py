@@ -93,6 +93,25 @@ def components(at, name: str) -> list[dict]:
     return [json.loads(c.proto.json) for c in at.get("bidi_component") if c.proto.component_name == name]
 
 
+def svg_images(at) -> list[str]:
+    """The SVG markup of every SVG image of a finished AppTest (``st.image`` of SVG, sent as
+    a ``data:image/svg+xml;base64`` URL), in page order."""
+    import base64
+
+    head = "data:image/svg+xml;base64,"
+    return [base64.b64decode(i.url[len(head):]).decode("utf-8") for n in at.get("image") for i in n.proto.imgs
+            if i.url.startswith(head)]
+
+
+def svg_labels(svg: str) -> list[str]:
+    """The ``aria-label`` of every element of an SVG Vega drew (each mark's fields as
+    ``name: value; ...``), unescaped."""
+    import html
+    import re
+
+    return [html.unescape(m) for m in re.findall(r'aria-label="([^"]*)"', svg)]
+
+
 def vega_tables(at) -> list:
     """Every table of every Vega-Lite chart of a finished AppTest (:func:`vega_data`, flat)."""
     return [t for chart in vega_data(at) for t in chart]

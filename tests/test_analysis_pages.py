@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import manifest, open_app, use_root
+from conftest import manifest, open_app, svg_images, svg_labels, use_root
 from loaders import analysis_pages as ap
 from loaders import chart_data
 from loaders.run import open_run
@@ -134,7 +134,11 @@ def test_retargeting_page(root: Path) -> None:
     assert at.query_params["turn"] == "2"
     assert list(table_with(at, "nearest")["turn"]) == [2, 3]
     assert table_with(at, "in_plan")["near"].tolist() == [True]
-    assert len(at.get("vega_lite_chart")) == 2 and not at.get("plotly_chart")
+    rates, where = svg_images(at)
+    assert not at.get("vega_lite_chart") and not at.get("plotly_chart"), "both charts are drawn in the server"
+    assert {"retarget | inspect", "mfm", "vista"} <= {v for label in svg_labels(rates) for part in label.split("; ")
+                                                       for v in part.split(": ")[1:]}
+    assert "X-axis titled 'x (cells)'" in " ".join(svg_labels(where))
     at.selectbox(key="w_rt_turn").set_value(3).run()
     assert not at.exception
     assert at.query_params["turn"] == "3"

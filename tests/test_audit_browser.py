@@ -177,11 +177,16 @@ def test_retarget_map_labels_do_not_overlap(server, page) -> None:
     page.goto(url(server, "retargeting", runs=run_dir.name, turn=str(n)))
     settle(page, timeout=120)
     see(page, f"Open turn {n} in Turns")
-    boxes = page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stVegaLiteChart"]'))
-        .filter(c => c.textContent.includes('x (cells)'))
-        .flatMap(c => Array.from(c.querySelectorAll('.mark-text.role-mark text')))
+    maps = [svg for svg in page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stMain"] img'))
+        .map(i => i.src).filter(s => s.startsWith('data:image/svg+xml;base64,')).map(s => atob(s.split(',')[1]))""")
+            if "x (cells)" in svg]
+    assert len(maps) == 1, "the retarget map is one SVG image, drawn in the server"
+    drawn = page.context.new_page()
+    drawn.set_content(maps[0])  # the same markup, inline, so that its text can be measured as Chromium draws it
+    boxes = drawn.evaluate("""() => Array.from(document.querySelectorAll('.mark-text.role-mark text'))
         .map(t => { const b = t.getBoundingClientRect();
                     return [b.left, b.top, b.right, b.bottom, t.textContent]; })""")
+    drawn.close()
     assert boxes, "the retarget map draws no label"
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:

@@ -224,9 +224,11 @@ def test_provenance_click_picks_a_node(server, page) -> None:
 
 
 def downloaded_manifest(pg) -> dict:
-    """Click the page's Manifest JSON button and read the file the browser saves."""
+    """Open the page's "Export figure" popover, click its Manifest JSON button and read the
+    file the browser saves."""
     import json
 
+    pg.get_by_role("button", name="Export figure").click()
     with pg.expect_download(timeout=60_000) as dl:
         pg.get_by_role("button", name="Manifest JSON").click()
     return json.loads(Path(dl.value.path()).read_text())

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import REPO, chart_layers, open_app, use_root, vega_data
+from conftest import REPO, chart_layers, open_app, svg_images, svg_labels, use_root
 from dashboard import charts, figures, theme, timeline_canvas, vega_charts
 from loaders import chart_data
 from loaders.run import open_run
@@ -201,14 +202,15 @@ def test_intervals_over_seeds() -> None:
 
 
 def test_retargeting_screen_and_print_hold_the_same_rates(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The rates the Retargeting page sends to the browser, and the exported figure's."""
+    """The rates the Retargeting page shows (its chart, drawn in the server: each bar's label
+    in the SVG), and the exported figure's."""
     runs = [(d.name, open_run(d)) for d in DIAMOND]
     rates = chart_data.retarget_rates(runs)
     use_root(monkeypatch, SAMPLES)
     at = open_app("retargeting", runs=",".join(d.name for d in DIAMOND))
-    sent = next(t for chart in vega_data(at) for t in chart if "measure" in t.columns)
-    screen = {(m, meth, round(float(r), 6)) for m, meth, r in zip(sent["measure"], sent["method"], sent["rate"])
-              if not math.isnan(r)}
+    bars = [re.fullmatch(r"rate \(share.*\): ([0-9.]+)%; measure: (.+?); method: (.+?); rate \(counts\): .*", label)
+            for svg in svg_images(at) for label in svg_labels(svg)]
+    screen = {(b[2], b[3], round(float(b[1]) / 100, 6)) for b in bars if b}
     values = _rows(figures.retargeting_figure(runs, rates=rates).chart)
     printed = {(v["measure"], v["method"], round(float(v["rate"]), 6)) for v in values if v.get("rate") is not None}
     assert screen == printed and screen

@@ -179,6 +179,7 @@ def test_a_note_on_a_turn_survives_a_restart(root, page, tmp_path) -> None:
         shot(page, "notes_page", 1300)
         page.goto(url(base, "timeline", runs=REACH, run=REACH))
         settle(page, timeout=120)
+        page.get_by_role("button", name="Export figure").click()
         with page.expect_download(timeout=120_000) as got:
             page.get_by_role("button", name="Manifest JSON").click()
         manifest = json.loads(Path(got.value.path()).read_text())
