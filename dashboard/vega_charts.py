@@ -36,14 +36,22 @@ from loaders.frame_images import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 _SPEC_LOCK = threading.Lock()
 
 
+SVG_FONT = "DejaVu Sans"
+"""The font of a chart drawn in the server (:func:`svg`), unless its spec sets one: a font
+both vl-convert and the browser find (Debian's default sans-serif). With the generic
+``sans-serif`` vl-convert laid the legend out for a narrower font than Chromium drew, and its
+entries ran into each other."""
+
+
 def svg(spec_: dict[str, Any]) -> str:
-    """A spec of :func:`spec` drawn by Vega in this process (vl-convert) as SVG markup: a chart
-    the page shows as an image, with nothing for the browser to compute (Retargeting's rates
-    and map: drawn by Vega-Lite in the browser they cost a click what any element costs, and
-    the two together were what kept that page over twice the bare app's click)."""
+    """A spec of :func:`spec` drawn by Vega in this process (vl-convert, in :data:`SVG_FONT`) as
+    SVG markup: a chart the page shows as an image, with nothing for the browser to compute
+    (Retargeting's rates and map: drawn by Vega-Lite in the browser they cost a click what any
+    element costs, and the two together kept that page over twice the bare app's click)."""
     import vl_convert
 
-    return vl_convert.vegalite_to_svg(spec_)
+    config = spec_.get("config") or {}
+    return vl_convert.vegalite_to_svg({**spec_, "config": {"font": SVG_FONT, **config}})
 
 
 def spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
