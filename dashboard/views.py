@@ -205,36 +205,22 @@ RATES_WIDTH = 560
 """Each method's row of bars in the rates chart, pixels."""
 
 
-def _rates_spec(group: list[tuple[str, Run]]) -> dict:
-    rates = retarget_rates(group, retarget_tables(group)[1])
-    return vega_charts.spec(vega_charts.rates_chart(rates, RATES_WIDTH, screen=True))
-
-
-rates_spec = cached(_rates_spec, max_entries=16, shared=True)
-"""The rates chart of one task's runs as a Vega-Lite spec, made once per runs' version: turning
-an Altair chart into a spec (and validating it) took most of a rerun of the page."""
-
-
 def _rates_svg(group: list[tuple[str, Run]]) -> str:
-    return vega_charts.svg(rates_spec(group))
+    rates = retarget_rates(group, retarget_tables(group)[1])
+    return vega_charts.svg(vega_charts.spec(vega_charts.rates_chart(rates, RATES_WIDTH, screen=True)))
 
 
 rates_svg = cached(_rates_svg, max_entries=16, shared=True)
-"""The rates chart of :data:`rates_spec` drawn in the server, as SVG markup (what the page shows)."""
-
-
-def _map_spec(run: Run, turn: int) -> dict:
-    audit = retarget_audit(run, turn)
-    return vega_charts.spec(vega_charts.retarget_map(audit.position, audit.inspections, audit.targets, audit.radius))
-
-
-map_spec = cached(_map_spec, max_entries=32, shared=True)
-"""The retarget map of one turn as a Vega-Lite spec (as :data:`rates_spec`), 32 turns kept."""
+"""The rates chart of one task's runs drawn in the server, as SVG markup (what the page
+shows), made once per runs' version (the spec and the drawing took most of a rerun)."""
 
 
 def _map_svg(run: Run, turn: int) -> str:
-    return vega_charts.svg(map_spec(run, turn))
+    audit = retarget_audit(run, turn)
+    return vega_charts.svg(vega_charts.spec(
+        vega_charts.retarget_map(audit.position, audit.inspections, audit.targets, audit.radius)))
 
 
 map_svg = cached(_map_svg, max_entries=32, shared=True)
-"""The retarget map of :data:`map_spec` drawn in the server, as SVG markup (what the page shows)."""
+"""The retarget map of one turn drawn in the server, as SVG markup (as :data:`rates_svg`),
+32 turns kept."""
