@@ -134,6 +134,10 @@ def lanes_data(view: TimelineView, selected: str | None = None, step: int | None
     style = {s["name"]: s for s in theme.MARK_STYLES.values()}
     names = list(dict.fromkeys(marks["name"]))
     lines = with_breaks(view.vital_lines)
+    if not len(lines):
+        lines = pd.DataFrame({"vital": [], "life": [], "step": [], "value": []})
+    cat_at, kind_at = {c: i for i, c in enumerate(cats)}, {n: i for i, n in enumerate(names)}
+    vital_at = {v: i for i, v in enumerate(theme.VITAL_COLORS)}
     chosen = bars[bars["episode"] == selected] if selected and len(bars) else bars.iloc[0:0]
     what = "outcome" if view.color_by == "outcome" else "action kind"
     binned = len(bars) and int(bars["count"].max()) > 1
@@ -148,19 +152,17 @@ def lanes_data(view: TimelineView, selected: str | None = None, step: int | None
         "band_px": VITALS_HEIGHT + BAND_PAD if len(lines) else 0, "vitals_px": VITALS_HEIGHT, "what": what,
         "categories": [[c, theme.category_color(c, view.color_by)] for c in cats],
         "bars": {"life": _column(bars["life"], int), "start": _column(bars["start"], float),
-                 "end": _column(bars["end"], float), "cat": [cats.index(c) for c in bars["category"]],
+                 "end": _column(bars["end"], float), "cat": [cat_at[c] for c in bars["category"]],
                  "episode": [e if isinstance(e, str) else None for e in bars["episode"]],
                  "label": _column(bars["label"], str), "count": _column(bars["count"], int)},
         "kinds": [[n, style[n]["color"] if n in style else "#000000",
                    SHAPES[style[n]["symbol"] if n in style else "triangle-down"]] for n in names],
         "marks": {"step": _column(marks["step"], float), "lane": _column(marks["lane"], float),
-                  "kind": [names.index(n) for n in marks["name"]], "size": _column(marks["size"], float),
+                  "kind": [kind_at[n] for n in marks["name"]], "size": _column(marks["size"], float),
                   "label": _column(marks["label"], str)},
         "vital_colors": [[v, c] for v, c in theme.VITAL_COLORS.items()],
-        "vitals": {"vital": [list(theme.VITAL_COLORS).index(v) for v in lines["vital"]] if len(lines) else [],
-                   "life": _column(lines["life"], int) if len(lines) else [],
-                   "step": _column(lines["step"], float) if len(lines) else [],
-                   "value": _column(lines["value"], float) if len(lines) else []},
+        "vitals": {"vital": [vital_at[v] for v in lines["vital"]], "life": _column(lines["life"], int),
+                   "step": _column(lines["step"], float), "value": _column(lines["value"], float)},
         "chosen": ([float(chosen["start"].iloc[0]), float(chosen["end"].iloc[0]), int(chosen["life"].iloc[0])]
                    if len(chosen) else None),
         "span": [span[0], max(span[1], span[0] + 0.5), span[2]] if span else None,
