@@ -23,24 +23,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import theme
+from dashboard.canvas import JS, SHAPES, TIP_CSS, column, count
 from loaders.chart_data import TimelineView
-
-CIRCLE = "M1,0A1,1 0 1 1 -1,0A1,1 0 1 1 1,0Z"
-SHAPES = {
-    "circle": CIRCLE,
-    "square": "M-1,-1H1V1H-1Z",
-    "diamond": "M0,-1L1,0L0,1L-1,0Z",
-    "triangle-up": "M0,-0.87L1,0.87H-1Z",
-    "triangle-down": "M0,0.87L-1,-0.87H1Z",
-    "cross": "M-1,-0.4H-0.4V-1H0.4V-0.4H1V0.4H0.4V1H-0.4V0.4H-1Z",
-    "x": "M-0.8,-1L0,-0.2L0.8,-1L1,-0.8L0.2,0L1,0.8L0.8,1L0,0.2L-0.8,1L-1,0.8L-0.2,0L-1,-0.8Z",
-    "star": "M0,-1L0.24,-0.33L0.95,-0.31L0.38,0.12L0.59,0.81L0,0.4L-0.59,0.81L-0.38,0.12L-0.95,-0.31L-0.24,-0.33Z",
-    "circle-x": (CIRCLE + "M-0.5,-0.65L0,-0.15L0.5,-0.65L0.65,-0.5L0.15,0L0.65,0.5L0.5,0.65L0,0.15L-0.5,0.65"
-                 "L-0.65,0.5L-0.15,0L-0.65,-0.5Z"),
-}
-"""Each marker symbol of ``theme.MARK_STYLES`` (and the pointer's triangle) as an SVG path in
-the square from -1 to 1, filled with the even-odd rule (the circled cross is a hole); a mark
-of size ``s`` (pixels²) is drawn scaled by ``sqrt(s) / 2``, as Vega draws its symbols."""
 
 MARK_OFFSETS = {"milestone": -0.42, "memory_write": -0.32, "death": 0.0, "search": 0.32, "inspect": 0.42,
                 "model_ok": 0.2, "model_retried": 0.2, "model_failed": 0.2}
@@ -104,19 +88,6 @@ def with_breaks(lines: pd.DataFrame) -> pd.DataFrame:
             .drop(columns="_break").astype({"value": float}).reset_index(drop=True))
 
 
-def _column(s: pd.Series, kind: type) -> list:
-    """A column as a JSON list of ``kind`` (float: NaN as null)."""
-    if kind is float:
-        v = s.to_numpy(float)
-        return [None if x != x else x for x in v.tolist()]
-    return [kind(x) for x in s.tolist()]
-
-
-def _count(n: int, one: str, many: str | None = None) -> str:
-    """``n`` and the noun it counts."""
-    return f"{n:,} {one if n == 1 else many or one + 's'}"
-
-
 def lanes_data(view: TimelineView, selected: str | None = None, step: int | None = None,
                span: tuple[int, int, int] | None = None) -> dict[str, Any]:
     """What :func:`draw` draws, as JSON-ready columns: ``bars`` (``life, start, end, cat``
@@ -143,37 +114,31 @@ def lanes_data(view: TimelineView, selected: str | None = None, step: int | None
     binned = len(bars) and int(bars["count"].max()) > 1
     episodes = int(bars["count"].sum()) if len(bars) else 0
     n_marks = int(view.marks["count"].sum()) if len(view.marks) else 0
-    aria = (f"Timeline of env steps {view.lo:,}–{view.hi:,}: {_count(episodes, 'episode')}"
-            + (f" in {_count(len(bars), 'bar')}" if binned else "")
-            + f" over {_count(len(lives), 'life', 'lives')}, coloured by {what}; "
-            + f"{_count(n_marks, 'event mark')}" + ("; vitals 0–9 below" if len(lines) else "") + ".")
+    aria = (f"Timeline of env steps {view.lo:,}–{view.hi:,}: {count(episodes, 'episode')}"
+            + (f" in {count(len(bars), 'bar')}" if binned else "")
+            + f" over {count(len(lives), 'life', 'lives')}, coloured by {what}; "
+            + f"{count(n_marks, 'event mark')}" + ("; vitals 0–9 below" if len(lines) else "") + ".")
     return {
         "lo": view.lo, "hi": view.hi, "lives": [int(v) for v in lives], "lane_px": lane_px,
         "band_px": VITALS_HEIGHT + BAND_PAD if len(lines) else 0, "vitals_px": VITALS_HEIGHT, "what": what,
         "categories": [[c, theme.category_color(c, view.color_by)] for c in cats],
-        "bars": {"life": _column(bars["life"], int), "start": _column(bars["start"], float),
-                 "end": _column(bars["end"], float), "cat": [cat_at[c] for c in bars["category"]],
+        "bars": {"life": column(bars["life"], int), "start": column(bars["start"], float),
+                 "end": column(bars["end"], float), "cat": [cat_at[c] for c in bars["category"]],
                  "episode": [e if isinstance(e, str) else None for e in bars["episode"]],
-                 "label": _column(bars["label"], str), "count": _column(bars["count"], int)},
+                 "label": column(bars["label"], str), "count": column(bars["count"], int)},
         "kinds": [[n, style[n]["color"] if n in style else "#000000",
                    SHAPES[style[n]["symbol"] if n in style else "triangle-down"]] for n in names],
-        "marks": {"step": _column(marks["step"], float), "lane": _column(marks["lane"], float),
-                  "kind": [kind_at[n] for n in marks["name"]], "size": _column(marks["size"], float),
-                  "label": _column(marks["label"], str)},
+        "marks": {"step": column(marks["step"], float), "lane": column(marks["lane"], float),
+                  "kind": [kind_at[n] for n in marks["name"]], "size": column(marks["size"], float),
+                  "label": column(marks["label"], str)},
         "vital_colors": [[v, c] for v, c in theme.VITAL_COLORS.items()],
-        "vitals": {"vital": [vital_at[v] for v in lines["vital"]], "life": _column(lines["life"], int),
-                   "step": _column(lines["step"], float), "value": _column(lines["value"], float)},
+        "vitals": {"vital": [vital_at[v] for v in lines["vital"]], "life": column(lines["life"], int),
+                   "step": column(lines["step"], float), "value": column(lines["value"], float)},
         "chosen": ([float(chosen["start"].iloc[0]), float(chosen["end"].iloc[0]), int(chosen["life"].iloc[0])]
                    if len(chosen) else None),
         "span": [span[0], max(span[1], span[0] + 0.5), span[2]] if span else None,
         "step": step, "aria": aria, "pointer": SELECTED,
     }
-
-
-def rows(table: dict[str, list]) -> list[dict[str, Any]]:
-    """One of :func:`lanes_data`'s column tables as a list of rows."""
-    keys = list(table)
-    return [dict(zip(keys, r)) for r in zip(*(table[k] for k in keys))]
 
 
 _HTML = """<div class="mfm-lanes">
@@ -188,40 +153,16 @@ _CSS = """
 .mfm-lanes-legend svg { vertical-align: -1px; margin-right: 4px; }
 .mfm-lanes-box { position: relative; }
 .mfm-lanes-canvas { display: block; }
-.mfm-lanes-tip { position: absolute; display: none; pointer-events: none; z-index: 2; white-space: pre;
-  background: var(--st-background-color, #fff); border: 1px solid var(--st-border-color, #bbb); border-radius: 3px;
-  padding: 4px 6px; font-size: 12px; box-shadow: 0 1px 3px rgba(0,0,0,0.2); }
+.mfm-lanes-tip { """ + TIP_CSS + """ }
 """
 
-_JS = """
+_JS = JS + """
 const L = 72, R = 74, T = 6, B = 38;
-const ns = 'http://www.w3.org/2000/svg';
-
-function niceTicks(lo, hi, n) {
-  const raw = Math.max(1, hi - lo) / Math.max(1, n), mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw);
-  const out = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi; t += step) out.push(t);
-  return out;
-}
-
-function swatch(color, path, line) {
-  const svg = document.createElementNS(ns, 'svg');
-  svg.setAttribute('width', '11'); svg.setAttribute('height', '11'); svg.setAttribute('viewBox', '-1.1 -1.1 2.2 2.2');
-  const p = document.createElementNS(ns, 'path');
-  if (line) { p.setAttribute('d', 'M-1,0H1'); p.setAttribute('stroke', color); p.setAttribute('stroke-width', '0.5'); }
-  else { p.setAttribute('d', path || 'M-1,-1H1V1H-1Z'); p.setAttribute('fill', color); p.setAttribute('fill-rule', 'evenodd'); }
-  svg.append(p);
-  return svg;
-}
 
 function legend(el, d) {
-  const item = (color, path, line, text) => {
-    const s = document.createElement('span'); s.append(swatch(color, path, line), document.createTextNode(text)); return s;
-  };
-  el.replaceChildren(...d.categories.map(([c, color]) => item(color, null, false, c)),
-    ...d.kinds.map(([n, color, path]) => item(n === d.pointer ? 'currentColor' : color, path, false, n)),
-    ...(d.band_px ? d.vital_colors.map(([v, color]) => item(color, null, true, v)) : []));
+  el.replaceChildren(...d.categories.map(([c, color]) => legendItem(color, null, false, c)),
+    ...d.kinds.map(([n, color, path]) => legendItem(n === d.pointer ? 'currentColor' : color, path, false, n)),
+    ...(d.band_px ? d.vital_colors.map(([v, color]) => legendItem(color, null, true, v)) : []));
 }
 
 function layout(root, d) {
@@ -236,15 +177,8 @@ function layout(root, d) {
 }
 
 function draw(root, st) {
-  const d = st.data, cv = root.querySelector('canvas');
-  const k = layout(root, d), dpr = window.devicePixelRatio || 1;
-  st.k = k; st.width = root.clientWidth;
-  cv.width = Math.round(k.W * dpr); cv.height = Math.round(k.H * dpr);
-  cv.style.width = k.W + 'px'; cv.style.height = k.H + 'px';
-  cv.setAttribute('aria-label', d.aria);
-  const g = cv.getContext('2d'), ink = getComputedStyle(root).color || '#262730';
-  g.setTransform(dpr, 0, 0, dpr, 0, 0);
-  g.clearRect(0, 0, k.W, k.H);
+  const d = st.data, k = layout(root, d);
+  const [g, ink] = begin(root, st, k, d.aria);
   g.save(); g.beginPath(); g.rect(L, 0, k.pw, k.H); g.clip();
   if (d.span) {
     g.fillStyle = ink; g.globalAlpha = 0.1;
@@ -358,11 +292,7 @@ export default function ({ data, setTriggerValue, parentElement }) {
   cv.onmousemove = (ev) => {
     const [px, py] = at(ev), hit = pick(st, px, py);
     cv.style.cursor = hit && hit.episode ? 'pointer' : 'default';
-    if (!hit) { tip.style.display = 'none'; return; }
-    tip.textContent = hit.text;
-    tip.style.display = 'block';
-    const left = px + 14 + tip.offsetWidth > st.k.W ? px - 14 - tip.offsetWidth : px + 14;
-    tip.style.left = Math.max(0, left) + 'px'; tip.style.top = (py + 14) + 'px';
+    showTip(tip, hit ? hit.text : null, px, py, st.k.W);
   };
   cv.onmouseleave = () => { tip.style.display = 'none'; };
   cv.onclick = (ev) => { const hit = pick(st, ...at(ev)); if (hit && hit.episode) setTriggerValue('episode', hit.episode); };

@@ -1,9 +1,9 @@
 """Vega-Lite (Altair) charts of every page: the Runs page, where a dashboard session starts,
 the seed-band curves (Progress, Steps per turn, Echo), Retargeting (the A.4 rates and the
-retarget mini-map), Echo's analogy graph, the Frames panels, and the Spatial grid and the
-Provenance graph, whose clicks are Vega-Lite point selections that the page reads through
-``st.vega_lite_chart(on_select=...)`` (the Timeline is drawn on a canvas of its own,
-``dashboard.timeline_canvas``). Pages draw a chart's spec (:func:`spec`),
+retarget mini-map), Echo's analogy graph, the Frames panels, and the Provenance graph,
+whose clicks are Vega-Lite point selections that the page reads through
+``st.vega_lite_chart(on_select=...)`` (the Timeline and the Spatial grid's map are drawn on
+canvases of their own, ``dashboard.timeline_canvas`` and ``dashboard.grid_canvas``). Pages draw a chart's spec (:func:`spec`),
 made once per view where the view is cached: Streamlit's own conversion of an Altair chart
 validates it on every rerun, which took half of a Timeline rerun. The exported figures of
 ``dashboard.figures`` draw the seed bands and the rates with the same functions. No
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dashboard import theme
-from loaders.chart_data import RETARGET_MEASURES, GridView, SeedBands
+from loaders.chart_data import RETARGET_MEASURES, SeedBands
 from loaders.display import data_uri
 from loaders.frame_images import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
 
@@ -62,18 +62,6 @@ def spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
     make it on every chart they build (``tests/conftest.chart_spec``)."""
     with _SPEC_LOCK, alt.data_transformers.enable("default", max_rows=None):
         return chart.to_dict(validate=False)
-
-
-def with_here(map_spec: dict[str, Any], x: float, y: float, step: int, life: int, plane: str) -> dict[str, Any]:
-    """A copy of the Spatial grid's spec (:func:`grid_map`) with a ring at the cursor's cell
-    (its table added to the spec's named datasets, as the map's own are)."""
-    ring = spec(alt.Chart(pd.DataFrame([{"x": x, "y": y, "step": step, "life": life}])).mark_point(
-        shape="circle", size=260, strokeWidth=3, color="#000000", filled=False).encode(
-        x=alt.X("x:Q", title="x (cells)"), y=alt.Y("y:Q", title=f"{plane} (cells, downwards as in the game)"),
-        tooltip=["step:Q", "life:Q", "x:Q", "y:Q"]))
-    layer = {k: ring[k] for k in ("data", "mark", "encoding")}
-    return {**map_spec, "datasets": {**map_spec.get("datasets", {}), **ring["datasets"]},
-            "layer": [*map_spec["layer"], layer]}
 
 
 UNKNOWN = "unknown"
@@ -369,135 +357,6 @@ def retarget_map(position: tuple[float, float] | None, inspected: list[dict], ta
     layers.append(alt.Chart(frame[frame["label"] != ""]).mark_text(color="white", fontSize=11,
                                                                     fontWeight="bold").encode(x=x, y=y, text="label:N"))
     return alt.layer(*layers).properties(width=MAP_SIZE, height=MAP_SIZE,
-                                         autosize=alt.AutoSizeParams(type="pad", contains="padding"))
-
-
-GRID_SIDE = 720
-"""The grid map's longer side on a page (pixels); both axes get the same pixels per cell."""
-
-GRID_MARKS = {"episode end position": ("circle", 70), "death": (CROSS, 130), "selected cell": ("square", 420),
-              "failed target": ("diamond", 520)}
-"""Shape and size of the grid map's point marks, by what they stand for."""
-
-MANY_LIVES = 6
-"""With more lives than this, the grid map's life colours get no legend (the note says so)."""
-
-
-def _grid_size(extent: tuple[int, int, int, int]) -> tuple[int, int]:
-    """Width and height (pixels) giving both axes of ``extent`` the same pixels per cell."""
-    x0, y0, x1, y1 = extent
-    w, h = x1 - x0 + 1, y1 - y0 + 1
-    per_cell = GRID_SIDE / max(w, h)
-    return max(120, round(w * per_cell)), max(120, round(h * per_cell))
-
-
-DEATH_LIFE = -1
-"""The life a death mark is drawn as in the grid map's life colours (black, not in the legend)."""
-
-
-def _grid_points(view: GridView) -> pd.DataFrame:
-    """Episode end positions and deaths as one table of marks with their hover texts."""
-    pos = view.positions
-    many = pos["count"] > 1
-    lives = pos["life"].astype(str)
-    ended = ("1 episode ended here, life " + lives).where(
-        ~many, pos["count"].astype(str) + " episodes ended here, lives " + pos["first_life"].astype(str) + "–"
-        + lives)
-    latest = ("latest " + pos["id"]).where(many, pos["id"])
-    ends = pd.DataFrame({"x": pos["x"], "y": pos["y"], "life": pos["life"], "mark": "episode end position",
-                         "what": ended, "detail": latest + ": " + pos["summary"].str.slice(0, 80)})
-    d = view.deaths
-    deaths = pd.DataFrame({"x": d["x"], "y": d["y"], "life": DEATH_LIFE, "mark": "death",
-                           "what": "death at step " + d["step"].astype(str),
-                           "detail": d["cause"].fillna("unknown").astype(str)})
-    return pd.concat([ends, deaths], ignore_index=True)
-
-
-GRID_PICKS = ("pick_point", "pick_cell")
-"""The grid map's click selections (an end position or death; a cell): each holds the
-clicked mark's ``x`` and ``y``."""
-
-
-def grid_picks(view: GridView) -> list[str]:
-    """The click selections :func:`grid_map` defines for ``view`` (those with marks to click)."""
-    return [name for name, marks in zip(GRID_PICKS, (len(view.positions) + len(view.deaths), len(view.cells)))
-            if marks]
-
-
-def grid_map(view: GridView, cell: tuple[int, int] | None = None, mark: tuple[int, int] | None = None
-             ) -> alt.LayerChart:
-    """The traversed-cell grid of a :class:`loaders.chart_data.GridView` as a page's map:
-    cells coloured by kind, each life's path and episode end positions in the life's colour,
-    deaths, the picked ``cell`` outlined, ``mark`` (a failed action's target cell) as a red
-    diamond. Equal axes, the second axis growing downwards as in
-    the game; drag to pan, wheel to zoom (double-click resets); clicking an end position, a
-    death or a cell selects it (:data:`GRID_PICKS`)."""
-    x0, y0, x1, y1 = view.extent
-    width, height = _grid_size(view.extent)
-    xs = alt.Scale(domain=[x0 - 0.5, x1 + 0.5], nice=False, zero=False)
-    ys = alt.Scale(domain=[y0 - 0.5, y1 + 0.5], nice=False, zero=False, reverse=True)
-    x_title, y_title = "x (cells)", f"{view.plane} (cells, downwards as in the game)"
-    x, y = alt.X("x:Q", title=x_title, scale=xs), alt.Y("y:Q", title=y_title, scale=ys)
-    half = 0.46
-    lives = sorted({int(v) for v in view.paths["life"]} | {int(v) for v in view.positions["life"]})
-    many = len(lives) > MANY_LIVES
-    life_color = alt.Color("life:N", scale=alt.Scale(domain=[*lives, DEATH_LIFE],
-                                                     range=[*(theme.life_color(v) for v in lives), "#111111"]),
-                           legend=None if many else alt.Legend(title="life", orient="right", values=lives))
-    zoom = alt.selection_interval(name="grid_zoom", bind="scales")
-    layers = []
-    cells = view.cells
-    if len(cells):
-        kinds = list(dict.fromkeys(cells["kind"]))
-        pick_cell = alt.selection_point(GRID_PICKS[1], fields=["x", "y"], on="click", clear=False, empty=False)
-        layers.append(alt.Chart(cells).transform_calculate(
-            left=f"datum.x - {half}", right=f"datum.x + {half}", top=f"datum.y - {half}",
-            bottom=f"datum.y + {half}").mark_rect().encode(
-            x=alt.X("left:Q", scale=xs, title=x_title), x2="right:Q",
-            y=alt.Y("top:Q", scale=ys, title=y_title), y2="bottom:Q",
-            fill=alt.Fill("kind:N", title="cell", legend=alt.Legend(orient="right"),
-                          scale=alt.Scale(domain=kinds, range=[theme.cell_kind_color(k) for k in kinds])),
-            tooltip=[alt.Tooltip("x:Q"), alt.Tooltip("y:Q", title=view.plane), alt.Tooltip("kind:N"),
-                     alt.Tooltip("count:Q", title="records"), alt.Tooltip("first_step:Q", title="first step"),
-                     alt.Tooltip("last_step:Q", title="last step"), alt.Tooltip("lives:N")],
-        ).add_params(zoom, pick_cell))
-    if len(view.paths):
-        path = alt.Chart(view.paths).mark_line(strokeWidth=2, opacity=0.75).encode(
-            x=x, y=y, color=life_color, detail="life:N", order="step:Q")
-        layers.append(path if len(cells) else path.add_params(zoom))
-    points = _grid_points(view)
-    marks = [m for m in GRID_MARKS if m in set(points["mark"]) or (m == "selected cell" and cell is not None)
-             or (m == "failed target" and mark is not None)]
-    legend = alt.Legend(title=None, orient="right")
-    shape = alt.Shape("mark:N", legend=legend, scale=alt.Scale(domain=marks, range=[GRID_MARKS[m][0] for m in marks]))
-    size = alt.Size("area:Q", scale=None, legend=None)
-    points["area"] = [float(GRID_MARKS[m][1]) for m in points["mark"]]
-    if len(points):
-        pick_point = alt.selection_point(GRID_PICKS[0], fields=["x", "y"], on="click", clear=False, empty=False)
-        layers.append(alt.Chart(points).mark_point(filled=True, opacity=1, stroke="#222222", strokeWidth=0.8).encode(
-            x=x, y=y, shape=shape, size=size,
-            color=life_color,
-            tooltip=[alt.Tooltip("what:N", title="what"), alt.Tooltip("detail:N", title="detail"),
-                     alt.Tooltip("x:Q"), alt.Tooltip("y:Q", title=view.plane)],
-        ).add_params(pick_point))
-    if cell is not None:
-        picked = pd.DataFrame([{"x": cell[0], "y": cell[1], "mark": "selected cell",
-                                "area": float(GRID_MARKS["selected cell"][1])}])
-        layers.append(alt.Chart(picked).mark_point(filled=False, strokeWidth=3, color="#ff00aa").encode(
-            x=x, y=y, shape=shape, size=size))
-    if mark is not None:
-        target = pd.DataFrame([{"x": mark[0], "y": mark[1], "mark": "failed target",
-                                "area": float(GRID_MARKS["failed target"][1])}])
-        layers.append(alt.Chart(target).mark_point(filled=False, strokeWidth=3, color="#d62728").encode(
-            x=x, y=y, shape=shape, size=size,
-            tooltip=[alt.Tooltip("mark:N", title="what"), alt.Tooltip("x:Q"), alt.Tooltip("y:Q", title=view.plane)]))
-    if not layers:
-        layers.append(alt.Chart(pd.DataFrame([{"x": (x0 + x1) / 2, "y": (y0 + y1) / 2,
-                                               "text": "no cells or positions recorded"}]))
-                      .mark_text().encode(x=x, y=y, text="text:N").add_params(zoom))
-    text = ("Each life's path and its episodes' end positions in the life's colour"
-            + (f" ({len(lives)} lives)" if many else "") + ". Drag to pan, wheel to zoom, double-click to reset.")
-    return alt.layer(*layers).properties(width=width, height=height, title=note(text, 12),
                                          autosize=alt.AutoSizeParams(type="pad", contains="padding"))
 
 

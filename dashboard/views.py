@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dashboard import timeline_canvas, vega_charts
+from dashboard import grid_canvas, timeline_canvas, vega_charts
 from dashboard.caching import cached, kept
 from loaders import agent_calls, chart_data, echo, frame_images, lookups, scrubber
 from loaders import analysis_pages as ap
@@ -115,12 +115,12 @@ def _grid_map(run: Run, lo: int, hi: int, kinds: tuple[str, ...], life: int | No
               paths: bool, positions: bool, cell: tuple[int, int] | None, mark: tuple[int, int] | None
               ) -> tuple[chart_data.GridView, dict]:
     view = grid(run, lo, hi, kinds, life=life, height=band, paths=paths, positions=positions)
-    return view, vega_charts.spec(vega_charts.grid_map(view, cell, mark))
+    return view, grid_canvas.map_data(view, cell, mark)
 
 
 grid_map = cached(_grid_map, max_entries=16, shared=True)
-"""The Spatial grid's view and map (a Vega-Lite spec) of one choice of filters, picked cell and
-marked cell: kept, not copied (only read), 16 of them as each holds a chart."""
+"""The Spatial grid's view and what its map draws (``dashboard.grid_canvas.map_data``) for one
+choice of filters, picked cell and marked cell: kept, not copied (only read), 16 of them."""
 
 # Memory and provenance
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, ui, vega_charts, views
+from dashboard import figures, grid_canvas, ui, views
 from dashboard.core import clamp_range, format_range, parse_cell, split_list
 from dashboard.theme import CELL_KIND_COLORS
 from loaders import chart_data, lookups, spatial_data
@@ -80,26 +80,20 @@ for name, value in (("cell", cell), ("mark", mark)):
 if mark is not None:
     st.caption(f"Red diamond: the failed action's target cell ({mark[0]}, {mark[1]}).")
 
-view, fig = views.grid_map(run, lo, hi, tuple(kinds), st.session_state["w_life"], band, show_paths, show_eps, cell,
-                           mark)
+view, drawn = views.grid_map(run, lo, hi, tuple(kinds), st.session_state["w_life"], band, show_paths, show_eps,
+                             cell, mark)
 if here_now is not None:
-    fig = vega_charts.with_here(fig, here_now[0], here_now[1], cursor.step, cursor.life, view.plane)
+    drawn = grid_canvas.with_here(drawn, here_now[0], here_now[1], cursor.step, cursor.life)
 
 
 def _on_pick() -> None:
-    """Map selection callback: the clicked mark's cell goes into the URL."""
-    sel = st.session_state.get("grid_chart")
-    picked = sel["selection"] if sel and sel.get("selection") else {}
-    for p in (p for name in vega_charts.GRID_PICKS for p in picked.get(name) or []):
-        px, py = p.get("x"), p.get("y")
-        if isinstance(px, (int, float)) and isinstance(py, (int, float)):
-            ui.set_qp(cell=f"{int(round(px))},{int(round(py))}")
-            break
+    """The map's click: the clicked cell (or the cell of the clicked mark) goes into the URL."""
+    picked = parse_cell((st.session_state.get("grid_map") or {}).get("cell"))
+    if picked is not None:
+        ui.set_qp(cell=f"{picked[0]},{picked[1]}")
 
 
-picks = vega_charts.grid_picks(view)
-st.vega_lite_chart(spec=dict(fig), width="content", key="grid_chart",
-                **({"on_select": _on_pick, "selection_mode": picks} if picks else {}))
+grid_canvas.draw(drawn, "grid_map", _on_pick)
 ui.figure_downloads(lambda: figures.grid_figure(key, run, view=view),
                     f"spatial_grid_{figures.file_stem(key)}", "single")
 counts = view.cells["kind"].value_counts() if len(view.cells) else pd.Series(dtype=int)

@@ -93,6 +93,25 @@ def components(at, name: str) -> list[dict]:
     return [json.loads(c.proto.json) for c in at.get("bidi_component") if c.proto.component_name == name]
 
 
+def grid_map(at) -> dict:
+    """What the Spatial grid's map of a finished AppTest was sent
+    (``dashboard.grid_canvas.map_data``)."""
+    (data,) = components(at, "mfm_grid_map")
+    return data
+
+
+def grid_marks(data: dict) -> list[tuple[float, float, str]]:
+    """Every point mark the map of ``data`` draws, as (x, y, what it stands for): the end
+    positions and deaths, and the picked cell, the failed target and the time cursor."""
+    names = [m[0] for m in data["marks"]]
+    q = data["points"]
+    marks = [(x, y, names[m]) for x, y, m in zip(q["x"], q["y"], q["mark"])]
+    for name, at in (("selected cell", data["cell"]), ("failed target", data["target"]), ("time cursor", data["here"])):
+        if at is not None:
+            marks.append((at[0], at[1], name))
+    return marks
+
+
 def svg_images(at) -> list[str]:
     """The SVG markup of every SVG image of a finished AppTest (``st.image`` of SVG, sent as
     a ``data:image/svg+xml;base64`` URL), in page order."""

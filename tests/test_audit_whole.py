@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conftest import REPO, open_app, texts, use_root, vega_data
+from conftest import REPO, grid_map, grid_marks, open_app, texts, use_root
 from raw import action_of, jsonl, sample_runs
 from raw_whole import (death_with_causes_before, inspected_episodes, most_inspected_retarget,
                        replay_memory, retarget_seen_in_many, shown_step, strip_steps, target_of, trace)
@@ -190,7 +190,7 @@ def test_failures_page_shows_the_steps_before_and_links_to_the_grid() -> None:
     assert not at.warning, [w.value for w in at.warning]
     assert (at.number_input(key="w_gx").value, at.number_input(key="w_gy").value) == (end["x"], end["y"])
     assert f"**({end['x']}, {end['y']})**" in texts(at)
-    marks = [(r["x"], r["y"], r["mark"]) for t in vega_data(at)[0] if "mark" in t.columns for r in t.to_dict("records")]
+    marks = grid_marks(grid_map(at))
     assert (target[0], target[1], "failed target") in marks
     assert (end["x"], end["y"], "selected cell") in marks
     at = open_app("failures", runs=key, run=key, ep=ep, back="0")

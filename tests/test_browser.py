@@ -117,24 +117,77 @@ def test_clicking_a_bar_opens_its_episode(server, page) -> None:
     assert chosen[0] == widest["start"], "the opened episode's bar is outlined"
 
 
+GRID = ".mfm-grid canvas[aria-label]"
+"""The Spatial grid's map, once drawn."""
+PLOT_JS = """() => {
+  const root = document.querySelector('.mfm-grid'), st = root.__mfm, box = root.querySelector('canvas').getBoundingClientRect();
+  return {left: box.left + st.k.X(st.data.extent[0] - 0.5), top: box.top + st.k.Y(st.data.extent[1] - 0.5),
+          width: st.k.pw, height: st.k.ph, extent: st.data.extent, zoom: st.zoom.z};
+}"""
+
+
+def _hover(pg, x: float, y: float) -> str:
+    """The map's hover text with the pointer at (x, y) of the page."""
+    pg.mouse.move(x - 3, y)
+    pg.mouse.move(x, y)
+    tip = pg.locator(".mfm-grid-tip")
+    tip.wait_for(state="visible", timeout=10_000)
+    return tip.inner_text()
+
+
 def test_clicking_a_marker_picks_its_cell(server, page) -> None:
-    base, _ = server
+    """The Spatial grid's canvas: a cell of the run's grid, placed by the map's plot box and
+    extent alone (equal pixels per cell on both axes, the second axis growing downwards),
+    names itself on hover and is drawn in its kind's colour; clicking an episode's end
+    position picks its cell, clicking another cell picks that one; the wheel zooms and a
+    double-click resets."""
+    base, root = server
     page.goto(url(base, "grid", runs=CRAFTER))
     settle(page)
-    assert page.locator(".js-plotly-plot").count() == 0, "the map is Vega-Lite: this tab never loads Plotly"
-    click_point(page, ".vega-embed .mark-symbol path", 3)
+    page.locator(GRID).wait_for(timeout=60_000)
+    assert page.locator(".js-plotly-plot").count() == 0 and page.locator(".vega-embed").count() == 0
+    plot = page.evaluate(PLOT_JS)
+    x0, y0, x1, y1 = plot["extent"]
+    per = plot["width"] / (x1 - x0 + 1)
+    assert plot["height"] / (y1 - y0 + 1) == pytest.approx(per, rel=1e-6), "equal pixels per cell"
+    cells = open_run(root / CRAFTER).grid()
+    colours = {k: c.lower() for k, c in page.evaluate("() => document.querySelector('.mfm-grid').__mfm.data.kinds")}
+    at = lambda x, y, dx=0.0, dy=0.0: (plot["left"] + (x - x0 + 0.5 + dx) * per, plot["top"] + (y - y0 + 0.5 + dy) * per)
+    last = cells.drop_duplicates(["x", "y"], keep="last")
+    low, high = last.loc[last["y"].idxmin()], last.loc[last["y"].idxmax()]
+    assert high["y"] > low["y"]
+    for c in (low, high):
+        assert _hover(page, *at(int(c["x"]), int(c["y"]), 0.38, 0.38)).startswith(f"({int(c['x'])}, {int(c['y'])}) · ")
+    kind = next(k for k in ("placed", "opened", "blocked", "hazard", "water") if k in set(last["kind"]))
+    c = last[last["kind"] == kind].iloc[0]
+    assert page.evaluate(PIXEL_JS.replace(".mfm-lanes", ".mfm-grid"), list(at(int(c["x"]), int(c["y"]), 0.38, 0.38))
+                         ) == colours[kind]
+
+    run = open_run(root / CRAFTER)
+    lives = run.lives()
+    died = {(int(r.x), int(r.y)) for r in lives[lives["event"] == "death"].itertuples()}
+    ends = run.episodes().dropna(subset=["x"])
+    ends = ends[[(int(x), int(y)) not in died for x, y in zip(ends["x"], ends["y"])]]
+    end = ends.iloc[len(ends) // 2]
+    text = _hover(page, *at(int(end["x"]), int(end["y"])))
+    assert "ended here" in text and f"({int(end['x'])}, {int(end['y'])})" in text
+    page.mouse.click(*at(int(end["x"]), int(end["y"])))
     page.wait_for_function("() => location.search.includes('cell=')", timeout=60_000)
     settle(page)
-    x, y = query(page)["cell"].split(",")
-    check(page, "grid_clicked", f"({x}, {y}):", tall=1800)
-    cells = page.locator(".vega-embed .mark-rect path")
-    other = next(i for i in range(cells.count())
-                 if f"; x: {x}; y: {y};" not in cells.nth(i).get_attribute("aria-label"))
-    click_point(page, ".vega-embed .mark-rect path", other)
-    page.wait_for_function(f"() => !location.search.includes('cell={x}%2C{y}')", timeout=60_000)
+    assert query(page)["cell"] == f"{int(end['x'])},{int(end['y'])}"
+    check(page, "grid_clicked", f"({int(end['x'])}, {int(end['y'])}):", tall=1800)
+    page.locator(GRID).wait_for(timeout=60_000)
+    assert page.evaluate("() => document.querySelector('.mfm-grid').__mfm.data.cell") == [int(end["x"]), int(end["y"])]
+    page.mouse.click(*at(int(c["x"]), int(c["y"]), 0.38, 0.38))
+    page.wait_for_function(f"() => location.search.includes('cell={int(c['x'])}%2C{int(c['y'])}')", timeout=60_000)
     settle(page)
-    cx, cy = query(page)["cell"].split(",")
-    check(page, "grid_cell_clicked", f"({cx}, {cy}):", tall=1800)
+    check(page, "grid_cell_clicked", f"({int(c['x'])}, {int(c['y'])}):", tall=1800)
+    page.locator(GRID).wait_for(timeout=60_000)
+    page.mouse.move(*at((x0 + x1) / 2, (y0 + y1) / 2))
+    page.mouse.wheel(0, -400)
+    page.wait_for_function("() => document.querySelector('.mfm-grid').__mfm.zoom.z > 1.5", timeout=10_000)
+    page.mouse.dblclick(plot["left"] - 20, plot["top"] + 10)
+    page.wait_for_function("() => document.querySelector('.mfm-grid').__mfm.zoom.z === 1", timeout=10_000)
 
 
 def test_frames_page_and_deep_link(server, page) -> None:

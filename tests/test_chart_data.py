@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, chart_layers, open_app, svg_images, svg_labels, use_root
-from dashboard import charts, figures, theme, timeline_canvas, vega_charts
+from dashboard import canvas, charts, figures, grid_canvas, theme, timeline_canvas, vega_charts
 from loaders import chart_data
 from loaders.run import open_run
 
@@ -50,10 +50,12 @@ def test_grid_screen_and_print_show_the_raw_cells(lo, hi, kinds) -> None:
     assert raw, "the sample run must have cells in this range"
     ends = {(r["x"], r["y"]) for r in _lines(run_dir / "index.jsonl")
             if r.get("x") is not None and r["last_step"] >= first and r["first_step"] <= last}
-    screen = vega_charts.grid_map(view)
-    printed = figures.grid_figure(run_dir.name, run, view=view).chart
-    for chart in (screen, printed):
-        values = _rows(chart)
+    drawn = grid_canvas.map_data(view)
+    kinds, names = [k for k, _ in drawn["kinds"]], [m[0] for m in drawn["marks"]]
+    screen = ([{**r, "kind": kinds[r["kind"]]} for r in canvas.rows(drawn["cells"])]
+              + [{**r, "mark": names[r["mark"]]} for r in canvas.rows(drawn["points"])])
+    printed = _rows(figures.grid_figure(run_dir.name, run, view=view).chart)
+    for values in (screen, printed):
         assert {(int(v["x"]), int(v["y"]), v["kind"]) for v in values if "kind" in v} == raw
         assert {(v["x"], v["y"]) for v in values if v.get("mark") == "episode end position"} == ends
 
@@ -74,14 +76,14 @@ def test_timeline_screen_and_print_show_the_raw_episodes(lo, hi) -> None:
     pick = rows[len(rows) // 2]
     drawn = timeline_canvas.lanes_data(view, pick["id"], pick["first_step"] + 1,
                                        (pick["first_step"], pick["last_step"], pick["life"]))
-    bars = timeline_canvas.rows(drawn["bars"])
+    bars = canvas.rows(drawn["bars"])
     want = {(r["id"], r["life"], r["first_step"]) for r in rows}
     assert {(b["episode"], b["life"], b["start"]) for b in bars} == want
     assert all(drawn["categories"][b["cat"]][0] == r["action_kind"] for b in bars for r in rows
                if r["id"] == b["episode"] and r.get("action_kind"))
     printed = figures.timeline_figure(run_dir.name, run, view=view).chart
     assert {v["episode"] for v in _rows(printed)} == {r["id"] for r in rows}
-    marks = timeline_canvas.rows(drawn["marks"])
+    marks = canvas.rows(drawn["marks"])
     names = [k[0] for k in drawn["kinds"]]
     milestones = [m for m in _lines(run_dir / "milestones.jsonl") if view.lo <= m["step"] <= view.hi]
     assert milestones, "the sample run must have milestones in this range"
@@ -109,7 +111,7 @@ def test_timeline_vitals_are_steps_jsonl(run_dir: Path) -> None:
     view = chart_data.timeline(open_run(run_dir))
     drawn = timeline_canvas.lanes_data(view)
     names = [v for v, _ in drawn["vital_colors"]]
-    points = timeline_canvas.rows(drawn["vitals"])
+    points = canvas.rows(drawn["vitals"])
     lines: dict[tuple[int, str], list[tuple[int, float]]] = {}
     breaks: dict[str, list[float]] = {}
     for r in points:
@@ -144,12 +146,13 @@ def test_grid_paths_pass_every_position_of_steps_jsonl(run_dir: Path) -> None:
     drawn points before and after it; and it has fewer points than steps."""
     raw = _lines(run_dir / "steps.jsonl")
     view = chart_data.grid(open_run(run_dir))
-    layer = next(la for la in chart_layers(vega_charts.grid_map(view)) if la["mark"]["type"] == "line")
+    path = canvas.rows(grid_canvas.map_data(view)["paths"])
     drawn: dict[int, list[tuple[int, int, int]]] = {}
-    for r in sorted(layer["rows"], key=lambda r: r["step"]):
+    for r in path:
         drawn.setdefault(r["life"], []).append((r["step"], r["x"], r["y"]))
+    assert all(a[0] < b[0] for pts in drawn.values() for a, b in zip(pts, pts[1:])), "each life's points in step order"
     assert sorted(drawn) == sorted({r["life"] for r in raw})
-    assert len(layer["rows"]) < len(raw) / 2
+    assert len(path) < len(raw) / 2
     for r in raw:
         pts = drawn[r["life"]]
         i = max(j for j, p in enumerate(pts) if p[0] <= r["step"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, open_app, texts, use_root, vega_data
+from conftest import REPO, grid_map, grid_marks, open_app, texts, use_root
 from raw import jsonl, sample_runs
 from raw_whole import episode_playing, memory_as_of, trace, turn_taking, turns_mentioning
 from loaders import cursor as cur
@@ -109,11 +109,12 @@ def test_pages_follow_a_cursor_from_the_url(root: Path) -> None:
     assert any(c.value.startswith("Steps ") and f"–{step}: " in c.value for c in at.caption)
     at = open_app("grid", runs=REACH, run=REACH, step=str(step))
     assert f"Time cursor: life {life} · step {step} · turn {t['turn']} · {ep['id']}" in texts(at)
-    ring = [d for d in vega_data(at)[0] if list(d.columns) == ["x", "y", "step", "life"]]
+    drawn = grid_map(at)
     here = trace(run_dir)[(step, life)]
-    assert ring and ring[0].to_dict("records") == [{"x": here["x"], "y": here["y"], "step": step, "life": life}]
-    path = next(d for d in vega_data(at)[0] if list(d.columns) == ["life", "step", "x", "y"])
-    assert int(path["step"].max()) <= step and set(path["life"]) == {life}, "the path up to the cursor"
+    assert drawn["here"] == [here["x"], here["y"], step, life]
+    assert (here["x"], here["y"], "time cursor") in grid_marks(drawn)
+    path = drawn["paths"]
+    assert max(path["step"]) <= step and set(path["life"]) == {life}, "the path up to the cursor"
     at = open_app("turns", runs=REACH, run=REACH, turn=str(t["turn"] - 3), step=str(step))
     assert at.query_params["turn"] == str(t["turn"]), "a named step outside the named turn: the cursor wins"
     at = open_app("turns", runs=REACH, run=REACH, step="nope")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, components, open_app, texts, use_root, vega_tables, write_run
+from conftest import REPO, components, grid_map, grid_marks, open_app, texts, use_root, vega_tables, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, make_root
 from loaders.run import open_run
 from loaders.agent_calls import inspections
@@ -223,9 +223,9 @@ def test_grid_page(root: Path) -> None:
     cell = f"{int(s['x'])},{int(s['y'])}"
     at = app("grid", runs=CRAFTER, cell=cell)
     assert at.title[0].value == "Spatial grid"
-    assert len(at.get("vega_lite_chart")) == 1 and not at.get("plotly_chart")
-    picked = [t for t in vega_tables(at) if "mark" in t and (t["mark"] == "selected cell").any()]
-    assert [(int(r.x), int(r.y)) for r in picked[0].itertuples()] == [(int(s["x"]), int(s["y"]))]
+    assert len(components(at, "mfm_grid_map")) == 1 and not at.get("vega_lite_chart") and not at.get("plotly_chart")
+    picked = [(x, y) for x, y, what in grid_marks(grid_map(at)) if what == "selected cell"]
+    assert picked == [(int(s["x"]), int(s["y"]))]
     assert f"({cell.replace(',', ', ')})" in texts(at)
     assert at.number_input(key="w_gx").value == int(s["x"])
     links = at.get("page_link")

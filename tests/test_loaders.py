@@ -16,7 +16,7 @@ from PIL import Image
 
 from conftest import chart_layers, chart_spec, write_run
 from dash_data import CRAFTER, DAMAGED, NESTED, SYNTHETIC, damage, make_root
-from dashboard import theme, timeline_canvas, vega_charts
+from dashboard import canvas, grid_canvas, theme, timeline_canvas, vega_charts
 from dashboard.core import (FrameRef, format_frame_refs, parse_cell, parse_frame_refs, parse_range, resolve_run_key,
                             runs_root)
 from loaders import chart_data
@@ -239,28 +239,26 @@ def test_grid_views(root: Path) -> None:
     assert visits["runs"].max() >= 1
 
 
-def test_grid_map_has_legends_equal_axes_and_downwards_y(root: Path) -> None:
+def test_grid_map_has_legends_and_the_picked_cell(root: Path) -> None:
+    """The map's data: the cell kinds with the theme's colours (its legend), every cell of the
+    view, the marks' legend with the picked cell among them, and the picked cell itself (the
+    equal axes and the downward second axis are measured where the map is drawn,
+    tests/test_browser.py)."""
     run = open_run(root / CRAFTER)
     view = chart_data.grid(run)
-    chart = vega_charts.grid_map(view, (32, 32))
-    spec, layers = chart.to_dict(), chart_layers(chart)
-    cells = next(la for la in layers if la["mark"]["type"] == "rect")
-    fill = cells["encoding"]["fill"]
-    assert fill["legend"] is not None and "walked" in fill["scale"]["domain"]
-    assert fill["scale"]["range"][fill["scale"]["domain"].index("walked")] == theme.cell_kind_color("walked")
-    assert {(r["x"], r["y"]) for r in cells["rows"]} == set(zip(view.cells["x"], view.cells["y"]))
-    points = [la for la in layers if la["mark"]["type"] == "point"]
-    shapes = points[0]["encoding"]["shape"]["scale"]["domain"]
-    assert {"episode end position", "selected cell"} <= set(shapes)
-    assert [{k: v for k, v in r.items() if k != "area"} for r in points[-1]["rows"]] == [
-        {"x": 32, "y": 32, "mark": "selected cell"}]
-    y = next(la for la in layers if la["mark"]["type"] == "line")["encoding"]["y"]
-    assert y["scale"]["reverse"] is True, "y must grow downwards as in the game"
-    assert y["title"] and cells["encoding"]["x"]["title"]
-    x0, y0, x1, y1 = view.extent
-    assert spec["width"] / (x1 - x0 + 1) == pytest.approx(spec["height"] / (y1 - y0 + 1), rel=0.02)
-    names = {p["name"] for p in spec["params"]}
-    assert set(vega_charts.grid_picks(view)) <= names
+    drawn = grid_canvas.map_data(view, (32, 32))
+    colours = dict(drawn["kinds"])
+    assert colours["walked"] == theme.cell_kind_color("walked")
+    kinds = [k for k, _ in drawn["kinds"]]
+    cells = canvas.rows(drawn["cells"])
+    assert {(r["x"], r["y"], kinds[r["kind"]]) for r in cells} == set(zip(view.cells["x"], view.cells["y"],
+                                                                        view.cells["kind"]))
+    assert {"episode end position", "selected cell"} <= {m[0] for m in drawn["marks"]}
+    assert drawn["cell"] == [32, 32] and drawn["target"] is None and drawn["here"] is None
+    assert drawn["extent"] == list(view.extent) and drawn["plane"] == view.plane
+    here = grid_canvas.with_here(drawn, 3, 4, 17, 0)
+    assert here["here"] == [3, 4, 17, 0] and "time cursor" in {m[0] for m in here["marks"]}
+    assert drawn["here"] is None and "time cursor" not in {m[0] for m in drawn["marks"]}, "the kept data unchanged"
 
 
 def test_grid_episode_positions_one_marker_per_cell() -> None:
@@ -282,11 +280,9 @@ def test_grid_episode_positions_one_marker_per_cell() -> None:
            for p in view.positions.itertuples()}
     assert got == want
     assert view.positions["id"].iloc[-1] == rows[-1]["id"]
-    layer = next(la for la in chart_layers(vega_charts.grid_map(view))
-                 if la["mark"]["type"] == "point" and la["rows"] and "what" in la["rows"][0])
-    scale = layer["encoding"]["color"]["scale"]
-    colour = dict(zip(scale["domain"], scale["range"]))
-    shown = {(r["x"], r["y"]): r for r in layer["rows"] if r["mark"] == "episode end position"}
+    drawn = grid_canvas.map_data(view)
+    colour, names = dict(drawn["lives"]), [m[0] for m in drawn["marks"]]
+    shown = {(r["x"], r["y"]): r for r in canvas.rows(drawn["points"]) if names[r["mark"]] == "episode end position"}
     assert shown.keys() == want.keys()
     for cell, w in want.items():
         r = shown[cell]
@@ -309,8 +305,9 @@ def test_grid_one_episode_per_cell_is_not_merged() -> None:
     life = next(lf for lf, cells in sorted(by_life.items()) if len(set(cells)) == len(cells) > 1)
     view = chart_data.grid(open_run(path), life=life)
     assert view.merged == 0 and sorted(zip(view.positions["x"], view.positions["y"])) == sorted(by_life[life])
-    rows = [r for la in chart_layers(vega_charts.grid_map(view)) for r in la["rows"]
-            if r.get("mark") == "episode end position"]
+    drawn = grid_canvas.map_data(view)
+    names = [m[0] for m in drawn["marks"]]
+    rows = [r for r in canvas.rows(drawn["points"]) if names[r["mark"]] == "episode end position"]
     assert len(rows) == len(by_life[life]) and all(r["what"] == f"1 episode ended here, life {life}" for r in rows)
 
 

@@ -52,7 +52,6 @@ def _screen_charts() -> dict[str, object]:
     run = open_run(SAMPLES / "diamond_mfm_s2")
     runs = [(k, open_run(SAMPLES / k)) for k in ("diamond_mfm_s2", "diamond_vista_s2_2500steps",
                                                   "diamond_vista_s1_1900steps")]
-    view = chart_data.grid(run)
     g = provenance.view(provenance.build_graph(run))
     frame = np.zeros((64, 64, 3), dtype=np.uint8)
     frame[10:20, 10:20] = 200
@@ -65,8 +64,6 @@ def _screen_charts() -> dict[str, object]:
                                                               {"x": 9, "y": 2, "episode": "e2", "inherited": True}],
                                                  [{"x": 5, "y": 5, "near": True, "kind": "tree"},
                                                   {"x": 20, "y": 5, "kind": "stone"}], 8.0),
-        "grid": vega_charts.grid_map(view, (int(view.cells["x"].iloc[0]), int(view.cells["y"].iloc[0])),
-                                     (int(view.cells["x"].iloc[1]), int(view.cells["y"].iloc[1]))),
         "provenance": vega_charts.provenance_graph(g.nodes_frame(), g.edges_frame()),
         "frames": vega_charts.frames_panels([frame, frame[::-1]], ["a", "b"], tiles=True,
                                             diffs=[(frame, "diff")]),
