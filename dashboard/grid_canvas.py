@@ -95,8 +95,9 @@ def map_data(view: GridView, cell: tuple[int, int] | None = None,
     if len(paths):
         paths = paths.sort_values(["life", "step"], kind="stable")
     aria = (f"Map of {view.plane} against x, cells {x0}–{x1} by {y0}–{y1}: {count(len(cells), 'interacted cell')}, "
-            f"{count(len(lives), 'life', 'lives')}' paths through {count(len(paths), 'point')}, "
-            f"{count(len(view.positions), 'cell')} where episodes ended, {count(len(view.deaths), 'death')}"
+            + (f"the paths of {count(len(lives), 'life', 'lives')} through {count(len(paths), 'point')}, " if len(paths)
+               else "no paths, ")
+            + f"{count(len(view.positions), 'cell')} where episodes ended, {count(len(view.deaths), 'death')}"
             + (f"; picked cell ({cell[0]}, {cell[1]})" if cell is not None else "")
             + (f"; failed target ({mark[0]}, {mark[1]})" if mark is not None else "") + ".")
     note = ("Each life's path and its episodes' end positions in the life's colour"
@@ -151,7 +152,7 @@ _CSS = """
 _JS = JS + """
 const L = 58, R = 10, T = 8, B = 40, HALF = """ + str(HALF) + """;
 
-function legend(el, d, ink) {
+function legend(el, d) {
   const head = (text) => { const b = document.createElement('b'); b.textContent = text; return b; };
   const items = [];
   if (d.kinds.length) items.push(head('cell'), ...d.kinds.map(([k, color]) => legendItem(color, null, false, k)));
@@ -280,7 +281,6 @@ export default function ({ data, setTriggerValue, parentElement }) {
   if (st.extent !== extent || !st.zoom) { st.zoom = home(data); st.extent = extent; }
   st.data = data;
   st.lifeColor = new Map(data.lives.map(([v, color]) => [v, color]));
-  st.lifeColor.set(-1, '#111111');
   st.cellAt = null;
   legend(root.querySelector('.mfm-grid-legend'), data);
   root.querySelector('.mfm-grid-note').textContent = data.note;
