@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import components, open_app as app, texts, use_root
-from dashboard.timeline_canvas import rows
+from dashboard.canvas import rows
 from loaders import open_run
 from loaders.agent_calls import model_calls, model_turns
 from loaders.timeline_data import MAX_POINTS, timeline_marks
