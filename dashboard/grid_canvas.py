@@ -34,7 +34,7 @@ cell, and a narrower page shrinks both."""
 LIFE, INK = "life", "ink"
 """Colours a mark takes from where it is drawn: its life's, the theme's text colour."""
 
-MARKS = {"episode end position": ("circle", 70, LIFE, False), "death": ("x", 130, "#111111", False),
+MARKS = {"episode end position": ("circle", 70, LIFE, False), "death": ("x", 130, INK, False),
          "selected cell": ("square", 420, "#ff00aa", True), "failed target": ("diamond", 520, "#d62728", True),
          "time cursor": ("circle", 260, INK, True)}
 """The map's point marks by what they stand for: shape (a :data:`~dashboard.canvas.SHAPES`
@@ -45,7 +45,8 @@ MANY_LIVES = 6
 """With more lives than this, the map's life colours get no legend (the note says so)."""
 
 DEATH_LIFE = -1
-"""The ``life`` of a death's mark (it is drawn black, whatever life it ended)."""
+"""The ``life`` of a death's mark (it is drawn in the theme's text colour, whatever life it
+ended: black on a light page, light on a dark one)."""
 
 HALF = 0.46
 """Half a cell's drawn side, in cells: neighbouring cells keep a hairline between them."""
