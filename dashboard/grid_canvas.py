@@ -74,8 +74,9 @@ def points(view: GridView) -> pd.DataFrame:
 def map_data(view: GridView, cell: tuple[int, int] | None = None,
              mark: tuple[int, int] | None = None) -> dict[str, Any]:
     """What :func:`draw` draws, as JSON-ready columns: the ``extent`` (first and last cell of
-    each axis) and ``plane`` (the second axis' name); ``cells`` (``x, y, kind`` (an index into
-    ``kinds``, each with its colour), ``count`` of grid records, ``first``/``last`` step,
+    each axis: the view's, grown to hold the picked cell and the target) and ``plane`` (the
+    second axis' name); ``cells`` (``x, y, kind`` (an index into ``kinds``, each with its
+    colour), ``count`` of grid records, ``first``/``last`` step,
     ``lives``); ``paths`` (``life, step, x, y`` in step order, a life's points consecutive);
     ``points`` (:func:`points`, ``mark`` an index into ``marks``: :data:`MARKS`' name, colour,
     :data:`~dashboard.canvas.SHAPES` path, size and outline);
@@ -83,7 +84,7 @@ def map_data(view: GridView, cell: tuple[int, int] | None = None,
     :data:`MANY_LIVES`); the picked ``cell`` and the failed action's ``target``; ``here``
     (the time cursor's place, set by :func:`with_here`); a ``note`` under the map and an
     ``aria`` sentence saying what it holds."""
-    x0, y0, x1, y1 = view.extent
+    x0, y0, x1, y1 = _around(view.extent, cell, mark)
     cells, paths = view.cells, view.paths
     pts = points(view)
     lives = sorted({int(v) for v in paths["life"]} | {int(v) for v in view.positions["life"]})
@@ -106,7 +107,8 @@ def map_data(view: GridView, cell: tuple[int, int] | None = None,
     return {
         "extent": [int(x0), int(y0), int(x1), int(y1)], "plane": view.plane, "side": GRID_SIDE,
         "kinds": [[k, theme.cell_kind_color(k)] for k in kinds],
-        "cells": {"x": column(cells["x"], int), "y": column(cells["y"], int), "kind": [kind_at[k] for k in cells["kind"]],
+        "cells": {"x": column(cells["x"], int), "y": column(cells["y"], int),
+                  "kind": [kind_at[k] for k in cells["kind"]],
                   "count": column(cells["count"], int), "first": column(cells["first_step"], int),
                   "last": column(cells["last_step"], int), "lives": column(cells["lives"], str)},
         "paths": {"life": column(paths["life"], int), "step": column(paths["step"], int),
@@ -121,6 +123,16 @@ def map_data(view: GridView, cell: tuple[int, int] | None = None,
     }
 
 
+def _around(extent: tuple[int, int, int, int], *cells: tuple[float, float] | list | None
+            ) -> tuple[int, int, int, int]:
+    """``extent`` (first and last cell of each axis) grown to hold each of ``cells`` given: a
+    picked cell or a failed target outside what the filters show stays on the map."""
+    x0, y0, x1, y1 = extent
+    for c in (c for c in cells if c is not None):
+        x0, y0, x1, y1 = min(x0, int(c[0])), min(y0, int(c[1])), max(x1, int(c[0])), max(y1, int(c[1]))
+    return x0, y0, x1, y1
+
+
 def _mark(name: str) -> list:
     shape, size, colour, outline = MARKS[name]
     return [name, colour, SHAPES[shape], size, outline]
@@ -129,7 +141,8 @@ def _mark(name: str) -> list:
 def with_here(data: dict[str, Any], x: float, y: float, step: int, life: int) -> dict[str, Any]:
     """A copy of :func:`map_data`'s data with the time cursor's ring at ``(x, y)`` (the data
     itself is shared, not copied)."""
-    return {**data, "marks": [*data["marks"], _mark("time cursor")], "here": [float(x), float(y), int(step), int(life)]}
+    return {**data, "marks": [*data["marks"], _mark("time cursor")],
+            "here": [float(x), float(y), int(step), int(life)], "extent": list(_around(tuple(data["extent"]), (x, y)))}
 
 
 _HTML = """<div class="mfm-grid">

@@ -132,6 +132,11 @@ def test_a_death_explained_by_the_episode_before(server, page) -> None:
     assert (q["cell"], q["mark"], q["life"]) == (f"{end['x']},{end['y']}", f"{target[0]},{target[1]}",
                                                  str(row["life"]))
     assert page.locator('[data-testid="stNumberInput"] input').first.input_value() == str(end["x"])
+    page.locator(".mfm-grid canvas[aria-label]").wait_for(timeout=60_000)
+    inside = page.evaluate("""([x, y]) => { const st = document.querySelector('.mfm-grid').__mfm, k = st.k;
+      return [k.X(x) - k.X(st.data.extent[0] - 0.5), k.pw, k.Y(y) - k.Y(st.data.extent[1] - 0.5), k.ph]; }""",
+                           list(target))
+    assert 0 < inside[0] < inside[1] and 0 < inside[2] < inside[3], "the failed target is drawn inside the map"
     shot(page, f"grid_{key}_cell_{end['x']}_{end['y']}_target_marked", tall=1800)
 
 

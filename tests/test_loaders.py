@@ -255,7 +255,11 @@ def test_grid_map_has_legends_and_the_picked_cell(root: Path) -> None:
                                                                         view.cells["kind"]))
     assert {"episode end position", "selected cell"} <= {m[0] for m in drawn["marks"]}
     assert drawn["cell"] == [32, 32] and drawn["target"] is None and drawn["here"] is None
-    assert drawn["extent"] == list(view.extent) and drawn["plane"] == view.plane
+    x0, y0, x1, y1 = view.extent
+    assert drawn["extent"] == [min(x0, 32), min(y0, 32), max(x1, 32), max(y1, 32)] and drawn["plane"] == view.plane
+    far = grid_canvas.map_data(view, mark=(x0 - 3, y1 + 2))
+    assert far["extent"] == [x0 - 3, y0, x1, y1 + 2], "a failed target beyond the cells shown stays on the map"
+    assert grid_canvas.with_here(drawn, x1 + 1, y0, 5, 0)["extent"][2] == max(x1 + 1, 32)
     here = grid_canvas.with_here(drawn, 3, 4, 17, 0)
     assert here["here"] == [3, 4, 17, 0] and "time cursor" in {m[0] for m in here["marks"]}
     assert drawn["here"] is None and "time cursor" not in {m[0] for m in drawn["marks"]}, "the kept data unchanged"
