@@ -264,12 +264,14 @@ function draw(root, st) {
 function hit(st, px, py) {
   const d = st.data, k = st.k;
   if (px < L || px > L + k.pw || py < T || py > T + k.ph) return null;
-  const near = (x, y, size) => Math.hypot(k.X(x) - px, k.Y(y) - py) <= Math.sqrt(size) / 2 + 2;
+  const off = (x, y) => Math.hypot(k.X(x) - px, k.Y(y) - py);
+  const near = (x, y, size) => off(x, y) <= Math.sqrt(size) / 2 + 2;
   const at = (x, y) => '(' + x + ', ' + y + ')';
   const rings = [['time cursor', d.here], ['failed target', d.target], ['selected cell', d.cell]];
   for (const [name, where] of rings) {
     const m = d.marks.find((e) => e[0] === name);
-    if (where && m && near(where[0], where[1], m[3]) && Math.hypot(k.X(where[0]) - px, k.Y(where[1]) - py) >= Math.sqrt(m[3]) / 2 - 4) {
+    const e = where && m ? off(where[0], where[1]) - Math.sqrt(m[3]) / 2 : Infinity;
+    if (e >= -4 && e <= 2) {
       const text = name === 'time cursor' ? 'time cursor: step ' + where[2] + ', life ' + where[3] : name;
       return { x: where[0], y: where[1], text: text + '\\n' + at(where[0], where[1]) };
     }

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dashboard import theme
+from dashboard.canvas import SHAPES
 from loaders.chart_data import RETARGET_MEASURES, SeedBands
 from loaders.display import data_uri
 from loaders.frame_images import MAP_TILES_Y, TILES_X, TILES_Y, tile_size
@@ -297,7 +298,7 @@ PRINT_MEASURES = {"retarget | inspect": "inspecting", "retarget | other": "other
 
 MAP_SIZE = 400
 """The retarget map's plot, square (pixels)."""
-CROSS = "M-0.8,-1L0,-0.2L0.8,-1L1,-0.8L0.2,0L1,0.8L0.8,1L0,0.2L-0.8,1L-1,0.8L-0.2,0L-1,-0.8Z"
+CROSS = SHAPES["x"]
 """A filled × as a Vega point shape (an SVG path in the unit square)."""
 MAP_KINDS = {"agent": ("#111111", "circle", 170),
              "inspected episodes": (theme.MARK_STYLES["inspect"]["color"], "diamond", 620),
