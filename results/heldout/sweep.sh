@@ -26,8 +26,10 @@ saver=$!
 trap 'kill $saver 2>/dev/null; bash "$here/save.sh" "$block"' EXIT
 seeds100_119=$(seq -s, 100 119)
 seeds100_139=$(seq -s, 100 139)
+# reach-3000: the first 40 seeds from 100 that its screen keeps (109, 120 and 127 are dropped), as in the map block
+seeds100_142=$(seq -s, 100 142)
 sweep() { (cd "$wt" && PYTHONPATH="$wt" python3 -m mfm.cli sweep "$@" --perception "$block" --jobs "${JOBS:-2}" --out "$out" --retry); }
 sweep --task reach-1000 --methods direct,pro-long,vista,mfm --ablations no-budget --seeds "$seeds100_119" --screen
-sweep --task reach-3000 --methods direct,pro-long,vista,mfm --ablations no-budget --seeds "$seeds100_139" --screen
+sweep --task reach-3000 --methods direct,pro-long,vista,mfm --ablations no-budget --seeds "$seeds100_142" --screen
 sweep --task diamond --methods direct,pro-long,vista,mfm --seeds "$seeds100_139"
 sweep --task reach-kit-10000 --methods direct,pro-long,vista,mfm --seeds "$seeds100_119" --screen
