@@ -111,7 +111,7 @@ def unescape(markdown: str) -> str:
     "<img src=http://127.0.0.1:9/h.png> &lt;img&gt;",
     "\\![a](u) \\\\![b](u) `![c](u)` *em* _u_ # h | t ~s~ $x$ :red[r] :material/home:",
     "- list\n12. ordered\n> quote",
-])
+], ids=["inline-image", "reference-image", "linked-image", "html-image", "escapes-and-inline-markup", "blocks"])
 def test_md_shows_text_literally(text: str) -> None:
     out = md(text)
     assert not renders_image(out) and "\n" not in out
