@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,19 @@ def shared_export() -> Path:
             pytest.fail(f"the shared MFM export is missing at {EXPORT}")
         pytest.skip(f"the shared MFM export is not at {EXPORT} (set MFM_SHARED)")
     return EXPORT
+
+
+def bound_socket(path: Path) -> socket.socket:
+    """A Unix socket bound at ``path`` however long it is: bound by name from inside its folder,
+    since an address holds at most 107 bytes and the parallel suite's temporary folders are deep."""
+    sock = socket.socket(socket.AF_UNIX)
+    here = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        sock.bind(path.name)
+    finally:
+        os.chdir(here)
+    return sock
 
 
 def record_crafter(folder: Path, seed: int, policy_seed: int, length: int, episodes: int = 1) -> Path:

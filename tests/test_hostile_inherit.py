@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, bound_socket
 from mfm.memory.inheritance import InheritError, check_source, copy_run
 from mfm.validate import validate
 from test_disk_full import tmpfs
@@ -226,9 +225,8 @@ def test_a_fifo_in_the_source_is_refused_without_being_opened(src: Path, tmp_pat
 
 
 def test_a_socket_or_device_in_the_source_is_refused(src: Path, tmp_path: Path) -> None:
-    sock = socket.socket(socket.AF_UNIX)
+    sock = bound_socket(src / "mine" / "agent.sock")
     try:
-        sock.bind(str(src / "mine" / "agent.sock"))
         out = inherit(src, tmp_path / "new")
     finally:
         sock.close()

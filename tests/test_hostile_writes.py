@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, bound_socket
 from mfm.boundary import (TooLarge, UnsafePath, atomic_writer, copy_regular_files, open_regular, regular_files,
                           write_file_inside)
 from mfm.memory import packed
@@ -295,9 +294,7 @@ PACK_PLANTS = {
 
 
 def _bound_socket(path: Path) -> None:
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(str(path))
-    s.close()
+    bound_socket(path).close()
 
 
 @pytest.mark.parametrize("case", PACK_PLANTS)
