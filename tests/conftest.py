@@ -58,25 +58,6 @@ def record_crafter(folder: Path, seed: int, policy_seed: int, length: int, episo
     return folder
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` (in ``addopts``) spreads the default suite over every core, but runs tests one
-    at a time when the mark expression can select the ``browser`` tests: they time what a page
-    takes, alone. ``None`` leaves the count to pytest-xdist (the cores, or
-    ``PYTEST_XDIST_AUTO_NUM_WORKERS``)."""
-    from _pytest.mark.expression import Expression
-
-    markexpr = config.option.markexpr
-    if markexpr and Expression.compile(markexpr).evaluate(lambda name, **_: name in ("slow", "browser")):
-        return 0
-    return None if markexpr else 0
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A ``browser`` test must also be ``slow``, so that none runs in the parallel default suite."""
-    if item.get_closest_marker("browser") and not item.get_closest_marker("slow"):
-        pytest.fail("marked browser but not slow: the default suite runs in parallel, and the browser tests alone")
-
-
 @pytest.fixture(autouse=True, scope="session")
 def table_cache_dir(tmp_path_factory: pytest.TempPathFactory):
     """The tests' own table cache (``loaders.tablecache``), never the user's ~/.cache; set in
