@@ -289,12 +289,8 @@ PACK_PLANTS = {
                                       "a symlink"),
     "a link that stays inside the run": (_link_inside, "action.json", "a symlink"),
     "a FIFO": (lambda run, o: os.mkfifo(run / _first(run) / "state" / "pipe"), "state/pipe", "FIFO"),
-    "a socket": (lambda run, o: _bound_socket(run / _first(run) / "sock"), "sock", "socket"),
+    "a socket": (lambda run, o: bound_socket(run / _first(run) / "sock").close(), "sock", "socket"),
 }
-
-
-def _bound_socket(path: Path) -> None:
-    bound_socket(path).close()
 
 
 @pytest.mark.parametrize("case", PACK_PLANTS)
