@@ -305,16 +305,6 @@ targets near an inspected episode, and that share's null rate (its expectation b
 RATE_COLUMNS = ["method", "measure", "rate", "lo", "hi", "label", "runs"]
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """The Wilson score 95% interval of a proportion ``k / n`` (NaNs when ``n`` is 0)."""
-    if n <= 0:
-        return float("nan"), float("nan")
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def retarget_rates(runs: RunList, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """The A.4 rates per method in long form, pooled over its seeds: ``rate`` with its Wilson 95%
     interval ``lo``–``hi`` over the turns (or targets) counted, ``label`` the counts behind it
@@ -329,7 +319,7 @@ def retarget_rates(runs: RunList, table: pd.DataFrame | None = None) -> pd.DataF
         for measure, k, n in ((RETARGET_MEASURES[0], r.inspect_retargets, r.inspect_turns),
                               (RETARGET_MEASURES[1], r.other_retargets, r.other_turns),
                               (RETARGET_MEASURES[2], r.near, r.new_targets)):
-            lo, hi = wilson(int(k), int(n))
+            lo, hi = paper_measures.wilson(int(k), int(n))
             rows.append({"method": r.method, "measure": measure, "rate": k / n if n else float("nan"), "lo": lo,
                          "hi": hi, "label": f"{k}/{n}" if n else "n/a (none)", "runs": r.runs})
         null = r.null_rate

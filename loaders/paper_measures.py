@@ -471,6 +471,28 @@ TRIALS = ("finished", "interrupted")
 """Run statuses that count as a trial in the reach table (a running or crashed run does not)."""
 
 
+def _success_row(group: Sequence[RunMeasures]) -> dict[str, Any]:
+    """One method's runs of one task whose goal is the diamond: diamonds got out of n with a
+    95% Wilson interval, steps to the diamond (mean, 95% t interval, over the successes), and
+    the recall that led to each success (see :func:`reach_success_table`)."""
+    got = [r for r in group if r.diamond_step is not None]
+    lo, hi = wilson(len(got), len(group))
+    mean, mlo, mhi = mean_interval([r.diamond_step for r in got])
+    wins = [winning_recall(r) for r in got]
+    ages = [int(w["age"]) for w in wins if w is not None and w.get("age") is not None]
+    return {"seeds": len(group), "successes": len(got), "rate": len(got) / len(group), "rate_lo": lo, "rate_hi": hi,
+            "steps_mean": mean, "steps_lo": mlo, "steps_hi": mhi,
+            "recall_ages": ages,
+            "kept": [int(w["step"]) - int(w["written"]) for w in wins if w and w.get("written") is not None],
+            "by_frames": sum(1 for w in wins if w and w.get("via") == "frames"),
+            "by_log": sum(1 for w in wins if w and w.get("via") == "log"),
+            "by_notes": sum(1 for w in wins if w and w.get("via") not in ("frames", "log")),
+            "by_sight": sum(1 for w in wins if w is None),
+            "earlier_life": sum(1 for w in wins if w and w.get("source_life") is not None
+                                and w["source_life"] < w["life"]),
+            "over_1000": sum(a > 1000 for a in ages) / len(ages) if ages else float("nan")}
+
+
 def reach_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
     """Temporal reach, per task (its delay D, then ``reach-kit-D`` after ``reach-D``) and
     method, over the runs that ended (:data:`TRIALS`):
@@ -481,29 +503,23 @@ def reach_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
     (``by_frames``), from the text log's ``[SEEN]`` line (``by_log``, PRO-LONG) or from a
     note written when it was seen (``by_notes``); ``by_sight``: got with no recall, the
     diamond in view; ``earlier_life``: successes whose recall named an episode of an earlier life."""
-    rows = []
     ended = [r for r in ms if r.status in TRIALS and delay(r.task) is not None]
-    for task in sorted({r.task for r in ended}, key=lambda t: (delay(t), t)):
-        d = delay(task)
-        for method, group in _by_method([r for r in ended if r.task == task]):
-            got = [r for r in group if r.diamond_step is not None]
-            lo, hi = wilson(len(got), len(group))
-            mean, mlo, mhi = mean_interval([r.diamond_step for r in got])
-            wins = [winning_recall(r) for r in got]
-            ages = [int(w["age"]) for w in wins if w is not None and w.get("age") is not None]
-            rows.append({"task": task, "delay": d, "method": method, "seeds": len(group), "successes": len(got),
-                         "rate": len(got) / len(group), "rate_lo": lo, "rate_hi": hi,
-                         "steps_mean": mean, "steps_lo": mlo, "steps_hi": mhi,
-                         "recall_ages": ages,
-                         "kept": [int(w["step"]) - int(w["written"]) for w in wins if w and w.get("written") is not None],
-                         "by_frames": sum(1 for w in wins if w and w.get("via") == "frames"),
-                         "by_log": sum(1 for w in wins if w and w.get("via") == "log"),
-                         "by_notes": sum(1 for w in wins if w and w.get("via") not in ("frames", "log")),
-                         "by_sight": sum(1 for w in wins if w is None),
-                         "earlier_life": sum(1 for w in wins if w and w.get("source_life") is not None
-                                             and w["source_life"] < w["life"]),
-                         "over_1000": sum(a > 1000 for a in ages) / len(ages) if ages else float("nan")})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"task": task, "delay": delay(task), "method": method, **_success_row(group)}
+                         for task in sorted({r.task for r in ended}, key=lambda t: (delay(t), t))
+                         for method, group in _by_method([r for r in ended if r.task == task])])
+
+
+DIAMOND_TASKS = ("diamond",)
+"""Tasks with no delay whose success is the diamond collected within the budget."""
+
+
+def diamond_success_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Success at the tasks of :data:`DIAMOND_TASKS`, per task and method, over the runs that
+    ended: the columns of :func:`reach_success_table` without the delay."""
+    ended = [r for r in ms if r.status in TRIALS and r.task in DIAMOND_TASKS]
+    return pd.DataFrame([{"task": task, "method": method, **_success_row(group)}
+                         for task in sorted({r.task for r in ended})
+                         for method, group in _by_method([r for r in ended if r.task == task])])
 
 
 def inherit_table(ms: Sequence[RunMeasures]) -> pd.DataFrame:

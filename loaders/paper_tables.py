@@ -1,6 +1,6 @@
 """The paper's tables (Table 2 milestones per method, Table 4 the mfm ablations, A.4
-retargeting, the interaction counts, the reach of retrieval and the temporal-reach successes
-against the delay D) as tables of display cells,
+retargeting, the interaction counts, the reach of retrieval, the diamond task's successes and
+the temporal-reach successes against the delay D) as tables of display cells,
 written once and rendered three ways: Markdown (``mfm results``), LaTeX with booktabs rules
 laid out to fit a column or the text width (:func:`layout`, :func:`to_latex`) and CSV
 (``mfm figures``, beside the figures). The numbers come from
@@ -18,8 +18,8 @@ import pandas as pd
 
 from loaders.escape import latex_label, latex_text, md_text
 from loaders.paper_size import WIDTHS, is_column, tex_pt, width_bp
-from loaders.paper_measures import RADIUS, RunMeasures, inherit_table, interaction_table, milestone_table, \
-    reach_success_table, reach_table, retarget_table, seed_label
+from loaders.paper_measures import RADIUS, RunMeasures, diamond_success_table, inherit_table, interaction_table, \
+    milestone_table, reach_success_table, reach_table, retarget_table, seed_label
 
 
 def _f(v: float | None, digits: int = 1) -> str:
@@ -97,20 +97,17 @@ def reach(ms: Sequence[RunMeasures]) -> pd.DataFrame:
         "max": t["max"], "share older than 1,000 steps": [_pct(v) for v in t["over_1000"]]})
 
 
-def reach_success(ms: Sequence[RunMeasures]) -> pd.DataFrame:
-    """Temporal reach: success against the delay D per method, with 95% intervals (Wilson for
-    the rate; Student's t for the mean steps, its lower end shown no lower than 0), and the age
-    of the recalls that led to the successes."""
-    t = reach_success_table(ms)
-    if t.empty:
-        return pd.DataFrame()
+def _ages(v: list[int]) -> str:
+    return f"median {int(np.median(v)):,}, max {max(v):,}" if v else "-"
 
-    def ages(v: list[int]) -> str:
-        return f"median {int(np.median(v)):,}, max {max(v):,}" if v else "-"
 
-    return pd.DataFrame({
-        "D": [f"{d} (kit)" if "-kit-" in task else str(d) for d, task in zip(t["delay"], t["task"])],
-        "method": t["method"],
+def _success_columns(t: pd.DataFrame) -> dict[str, list]:
+    """The cells of a success table (:func:`loaders.paper_measures.reach_success_table` or
+    :func:`~loaders.paper_measures.diamond_success_table`) from its method on: 95% intervals
+    (Wilson for the rate; Student's t for the mean steps, its lower end shown no lower than 0)
+    and the recalls that led to the successes."""
+    return {
+        "method": list(t["method"]),
         "diamonds": [f"{k}/{n}" for k, n in zip(t["successes"], t["seeds"])],
         "rate (95% CI)": [f"{_pct(r)} ({_pct(lo)}-{_pct(hi)})" for r, lo, hi in zip(t["rate"], t["rate_lo"], t["rate_hi"])],
         "steps to diamond (95% CI)": [("-" if m != m else _f(m, 0) if lo != lo else
@@ -118,10 +115,27 @@ def reach_success(ms: Sequence[RunMeasures]) -> pd.DataFrame:
                                       for m, lo, hi in zip(t["steps_mean"], t["steps_lo"], t["steps_hi"])],
         "place recalled from frames / log / notes / no recall": [
             f"{a} / {b} / {c} / {d}" for a, b, c, d in zip(t["by_frames"], t["by_log"], t["by_notes"], t["by_sight"])],
-        "age of the episode that showed it (steps)": [ages(v) for v in t["recall_ages"]],
+        "age of the episode that showed it (steps)": [_ages(v) for v in t["recall_ages"]],
         "shown in an earlier life": [f"{k}/{n}" if n else "-" for k, n in zip(t["earlier_life"], t["successes"])],
-        "kept in GUIDE.md before use (steps)": [ages(v) for v in t["kept"]],
-        "share older than 1,000 steps": [_pct(v) if v == v else "-" for v in t["over_1000"]]})
+        "kept in GUIDE.md before use (steps)": [_ages(v) for v in t["kept"]],
+        "share older than 1,000 steps": [_pct(v) if v == v else "-" for v in t["over_1000"]]}
+
+
+def reach_success(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Temporal reach: success against the delay D per method, with 95% intervals, and the age
+    of the recalls that led to the successes."""
+    t = reach_success_table(ms)
+    if t.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({"D": [f"{d} (kit)" if "-kit-" in task else str(d) for d, task in zip(t["delay"], t["task"])],
+                         **_success_columns(t)})
+
+
+def diamond_success(ms: Sequence[RunMeasures]) -> pd.DataFrame:
+    """Success at a task whose goal is the diamond (no delay) per method, with 95% intervals,
+    and the recalls that led to the successes."""
+    t = diamond_success_table(ms)
+    return pd.DataFrame(_success_columns(t)) if not t.empty else pd.DataFrame()
 
 
 def inherited_memory(ms: Sequence[RunMeasures]) -> pd.DataFrame:
@@ -415,6 +429,7 @@ def tables(ms: Sequence[RunMeasures]) -> list[tuple[str, str, pd.DataFrame]]:
     base = [m for m in ms if not m.ablations]
     abl = [m for m in ms if m.base == "mfm"]
     out = [("milestones", "Milestones reached, per method (compare with paper Table 2)", milestones(base)),
+           ("success", "Success: the diamond within the budget, per method (95% intervals)", diamond_success(base)),
            ("ablations", "Milestones reached, mfm ablations (compare with paper Table 4)",
             milestones(abl) if len({m.method for m in abl}) > 1 else pd.DataFrame()),
            ("retargeting", f"Retargeting after inspection (radius {RADIUS:g} cells; compare with paper A.4)",

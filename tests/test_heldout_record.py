@@ -107,3 +107,24 @@ def test_the_reach_table_says_how_each_diamond_was_recalled() -> None:
     got = {m: [int(r["by_frames"]), int(r["by_log"]), int(r["by_notes"]), int(r["by_sight"])]
            for m, r in zip(rows["method"], rows.to_dict("records"))}
     assert {m: c for m, c in got.items() if m in want} == want
+
+
+def test_the_diamond_table_counts_each_method_s_diamonds_from_the_record() -> None:
+    """On the held-out diamond record: per method, the seeds, the runs whose ``run.json``
+    (read with json) has the diamond among its milestones, and their mean step; the Wilson
+    interval around that rate; no reach run in this table and no diamond run in the reach one."""
+    record = REPO / "results" / "heldout" / "map"
+    steps: dict[str, list[int | None]] = {}
+    for f in sorted(record.glob("diamond_*/run.json")):
+        run = json.loads(f.read_text())
+        steps.setdefault(run["method"], []).append(run["milestones"].get("collect_diamond"))
+    assert set(steps) == {"direct", "pro-long", "vista", "mfm"}
+    ms = compare.measures(record)
+    table = pm.diamond_success_table(ms)
+    assert set(table["task"]) == {"diamond"} and "diamond" not in set(pm.reach_success_table(ms)["task"])
+    for row in table.to_dict("records"):
+        got = [s for s in steps[row["method"]] if s is not None]
+        assert (row["seeds"], row["successes"]) == (len(steps[row["method"]]), len(got))
+        assert row["steps_mean"] == pytest.approx(sum(got) / len(got))
+        assert row["rate_lo"] < len(got) / row["seeds"] < row["rate_hi"]
+        assert (row["rate_lo"], row["rate_hi"]) == pm.wilson(len(got), row["seeds"])
